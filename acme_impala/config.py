@@ -1,0 +1,214 @@
+"""IMPALA / LASER hyperparameters as data, validated in one place.
+
+Every hyperparameter of the agent lives in `IMPALAConfig`. `validate()` runs on
+construction (and on `dataclasses.replace`), so a bad value fails before any
+process, server or network is created, with an error naming the field, the
+value and what was expected.
+"""
+
+import dataclasses
+import math
+from typing import Any, Optional, Sequence, Tuple
+
+NETWORKS = ('mlp_lstm', 'shallow', 'deep')
+REWARD_CLIPPING = ('none', 'abs_one', 'soft_asymmetric')
+LOSS_REDUCTIONS = ('mean', 'sum')
+OFF_POLICY_CORRECTIONS = ('vtrace', 'one_step_is', 'epsilon', 'none')
+# Where XLA is applied in the learner update (see learning.py):
+#   'vtrace_and_optimizer': graph-mode step whose V-trace and RMSProp update
+#       are jit-compiled sub-functions (the paper's recipe, fastest measured
+#       on CPU: see README benchmarks);
+#   'full': the whole step (unroll, loss, gradients, optimiser) jit-compiled;
+#   'none': plain tf.function, no XLA.
+COMPILE_MODES = ('vtrace_and_optimizer', 'full', 'none')
+
+
+class ConfigError(ValueError):
+  """A hyperparameter has a value outside its valid range."""
+
+
+@dataclasses.dataclass(frozen=True)
+class IMPALAConfig:
+  """Hyperparameters of the IMPALA (and LASER) agent.
+
+  Defaults are a small CartPole setting; `configs/atari.py` holds Table G.1 of
+  the IMPALA paper.
+  """
+  # Environment.
+  env_id: str = 'CartPole-v1'
+  seed: int = 0
+
+  # Network.
+  network: str = 'mlp_lstm'
+  mlp_hidden_sizes: Tuple[int, ...] = (64, 64)
+  lstm_size: int = 64
+  # Feed the previous action and clipped reward to the LSTM (paper Figure 3).
+  use_prev_action_reward: bool = True
+
+  # Trajectories.
+  unroll_length: int = 20  # n: transitions per trajectory.
+  batch_size: int = 32
+  discount: float = 0.99
+
+  # Loss.
+  baseline_cost: float = 0.5
+  entropy_cost: float = 0.01
+  reward_clipping: str = 'abs_one'
+  clip_rho_threshold: Optional[float] = 1.0
+  clip_c_threshold: Optional[float] = 1.0
+  clip_pg_rho_threshold: Optional[float] = 1.0
+  lambda_: float = 1.0
+  loss_reduction: str = 'mean'
+  off_policy_correction: str = 'vtrace'
+
+  # Optimiser: RMSProp with the paper's settings, learning rate annealed
+  # linearly to 0 over `lr_anneal_steps` learner steps (None: constant).
+  learning_rate: float = 6e-4
+  rmsprop_decay: float = 0.99
+  rmsprop_epsilon: float = 0.01
+  rmsprop_momentum: float = 0.0
+  max_gradient_norm: Optional[float] = 40.0
+  lr_anneal_steps: Optional[int] = None
+
+  # Learner mechanics.
+  compile_mode: str = 'vtrace_and_optimizer'
+  prefetch_size: int = 2
+
+  # Acting.
+  variable_update_period: int = 1  # Actor steps between weight refreshes.
+  record_policy_version: bool = True  # Adds extras['policy_version'].
+
+  # Trajectory queue (a Reverb FIFO table).
+  max_queue_size: int = 1000
+
+  def __post_init__(self):
+    self.validate()
+
+  def validate(self) -> None:
+    """Raises ConfigError naming the first field with an invalid value."""
+    _check_str(self, 'env_id')
+    _check_int(self, 'seed', 0, None)
+    _check_choice(self, 'network', NETWORKS)
+    _check_int_tuple(self, 'mlp_hidden_sizes')
+    _check_int(self, 'lstm_size', 1, None)
+    _check_bool(self, 'use_prev_action_reward')
+    _check_int(self, 'unroll_length', 1, None)
+    _check_int(self, 'batch_size', 1, None)
+    _check_float(self, 'discount', 0.0, 1.0)
+    _check_float(self, 'baseline_cost', 0.0, None)
+    _check_float(self, 'entropy_cost', 0.0, None)
+    _check_choice(self, 'reward_clipping', REWARD_CLIPPING)
+    for name in ('clip_rho_threshold', 'clip_c_threshold',
+                 'clip_pg_rho_threshold'):
+      _check_float(self, name, 0.0, None, allow_none=True, open_low=True)
+    if (self.clip_rho_threshold is not None and
+        self.clip_c_threshold is not None and
+        self.clip_c_threshold > self.clip_rho_threshold):
+      # The paper assumes rho_bar >= c_bar (section 4.1).
+      raise ConfigError(
+          f'IMPALAConfig.clip_c_threshold={self.clip_c_threshold!r} must be '
+          f'<= clip_rho_threshold={self.clip_rho_threshold!r} (the V-trace '
+          'analysis assumes rho_bar >= c_bar).')
+    _check_float(self, 'lambda_', 0.0, 1.0)
+    _check_choice(self, 'loss_reduction', LOSS_REDUCTIONS)
+    _check_choice(self, 'off_policy_correction', OFF_POLICY_CORRECTIONS)
+    _check_float(self, 'learning_rate', 0.0, None, open_low=True)
+    _check_float(self, 'rmsprop_decay', 0.0, 1.0)
+    _check_float(self, 'rmsprop_epsilon', 0.0, None, open_low=True)
+    _check_float(self, 'rmsprop_momentum', 0.0, 1.0)
+    _check_float(self, 'max_gradient_norm', 0.0, None, allow_none=True,
+                 open_low=True)
+    _check_int(self, 'lr_anneal_steps', 1, None, allow_none=True)
+    _check_choice(self, 'compile_mode', COMPILE_MODES)
+    _check_int(self, 'prefetch_size', 0, None)
+    _check_int(self, 'variable_update_period', 1, None)
+    _check_bool(self, 'record_policy_version')
+    _check_int(self, 'max_queue_size', 1, None)
+    if self.max_queue_size < self.batch_size:
+      raise ConfigError(
+          f'IMPALAConfig.max_queue_size={self.max_queue_size!r} must be >= '
+          f'batch_size={self.batch_size!r}, or the learner can never fill a '
+          'batch.')
+
+  @property
+  def sequence_length(self) -> int:
+    """Steps per Reverb item: n transitions plus the bootstrap observation."""
+    return self.unroll_length + 1
+
+  def replace(self, **overrides: Any) -> 'IMPALAConfig':
+    """Returns a validated copy with `overrides` applied.
+
+    Unknown field names raise ConfigError listing the known ones.
+    """
+    known = {f.name for f in dataclasses.fields(self)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+      raise ConfigError(
+          f'Unknown IMPALAConfig field(s) {unknown}; known fields: '
+          f'{sorted(known)}.')
+    return dataclasses.replace(self, **overrides)
+
+
+def _fail(config, name: str, expected: str) -> None:
+  value = getattr(config, name)
+  raise ConfigError(
+      f'IMPALAConfig.{name}={value!r} is invalid: expected {expected}.')
+
+
+def _range_text(low, high, open_low=False) -> str:
+  lo = '(' if open_low else '['
+  hi = 'inf)' if high is None else f'{high}]'
+  return f'a value in {lo}{low}, {hi}'
+
+
+def _check_int(config, name, low, high, allow_none=False):
+  value = getattr(config, name)
+  if value is None and allow_none:
+    return
+  expected = 'an integer ' + _range_text(low, high) + (
+      ' or None' if allow_none else '')
+  if isinstance(value, bool) or not isinstance(value, int):
+    _fail(config, name, expected)
+  if value < low or (high is not None and value > high):
+    _fail(config, name, expected)
+
+
+def _check_float(config, name, low, high, allow_none=False, open_low=False):
+  value = getattr(config, name)
+  if value is None and allow_none:
+    return
+  expected = 'a number ' + _range_text(low, high, open_low) + (
+      ' or None' if allow_none else '')
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    _fail(config, name, expected)
+  if not math.isfinite(value):
+    _fail(config, name, expected)
+  if value < low or (open_low and value == low):
+    _fail(config, name, expected)
+  if high is not None and value > high:
+    _fail(config, name, expected)
+
+
+def _check_bool(config, name):
+  if not isinstance(getattr(config, name), bool):
+    _fail(config, name, 'True or False')
+
+
+def _check_str(config, name):
+  value = getattr(config, name)
+  if not isinstance(value, str) or not value:
+    _fail(config, name, 'a non-empty string')
+
+
+def _check_choice(config, name, choices: Sequence[str]):
+  if getattr(config, name) not in choices:
+    _fail(config, name, f'one of {list(choices)}')
+
+
+def _check_int_tuple(config, name):
+  value = getattr(config, name)
+  ok = (isinstance(value, (tuple, list)) and len(value) > 0 and
+        all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+            for v in value))
+  if not ok:
+    _fail(config, name, 'a non-empty tuple of positive integers')

@@ -1,0 +1,180 @@
+"""IMPALA networks: Sonnet RNNCores returning ((logits, value), state).
+
+The architecture follows Figure 3 of the IMPALA paper: a torso (MLP for vector
+observations, the shallow 2-conv net or the deep 15-conv ResNet for Atari
+frames), whose output is concatenated with the one-hot previous action and the
+clipped previous reward, fed to an LSTM, then to policy and value heads.
+
+Observations follow Acme's convention: when wrapped by Acme's
+`ObservationActionRewardWrapper`, they are `OAR(observation, action, reward)`
+nests carrying the previous action and reward; a plain observation is also
+accepted (the network then sees the torso output only).
+
+`unroll` is what the learner uses: it folds time into batch for the torso
+(one big convolution/MLP call instead of T small ones) and runs only the LSTM
+step by step, resetting its state where a new episode starts inside the
+sequence, which is what the actor did when it generated the data.
+"""
+
+from typing import Callable, Optional, Sequence, Tuple
+
+from acme.tf.networks import policy_value
+from acme.tf.networks import vision
+from acme.wrappers import observation_action_reward
+import sonnet as snt
+import tensorflow as tf
+import tree
+
+OAR = observation_action_reward.OAR
+Logits = tf.Tensor
+Value = tf.Tensor
+
+
+def _to_float_images(images: tf.Tensor) -> tf.Tensor:
+  if images.dtype == tf.uint8:
+    return tf.cast(images, tf.float32) / 255.
+  return tf.cast(images, tf.float32)
+
+
+class ShallowAtariTorso(snt.Module):
+  """The paper's shallow torso: conv 16×8×8/4, conv 32×4×4/2, linear 256.
+
+  Input [B, H, W, C] (uint8 frames are scaled to [0, 1]); output [B, 256].
+  """
+
+  def __init__(self, name: str = 'shallow_atari_torso'):
+    super().__init__(name=name)
+    self._net = snt.Sequential([
+        snt.Conv2D(16, [8, 8], stride=[4, 4], padding='VALID'),
+        tf.nn.relu,
+        snt.Conv2D(32, [4, 4], stride=[2, 2], padding='VALID'),
+        tf.nn.relu,
+        snt.Flatten(),
+        snt.Linear(256),
+        tf.nn.relu,
+    ])
+
+  def __call__(self, inputs: tf.Tensor) -> tf.Tensor:
+    return self._net(_to_float_images(inputs))
+
+
+def deep_atari_torso() -> snt.Module:
+  """The paper's deep torso: 3 ResNet sections (16, 32, 32 channels), 15 convs.
+
+  Acme already implements it (`acme.tf.networks.ResNetTorso`); reuse it.
+  Input [B, H, W, C]; output [B, 256].
+  """
+  return vision.ResNetTorso(
+      num_channels=(16, 32, 32), num_blocks=(2, 2, 2),
+      num_output_hidden=(256,))
+
+
+def mlp_torso(hidden_sizes: Sequence[int]) -> snt.Module:
+  """MLP for vector observations. Input [B, D]; output [B, hidden_sizes[-1]]."""
+  return snt.Sequential([
+      snt.Flatten(),
+      snt.nets.MLP(list(hidden_sizes), activate_final=True),
+  ])
+
+
+class IMPALANetwork(snt.RNNCore):
+  """Torso → [torso, one-hot a_{t-1}, clip(r_{t-1})] → LSTM → (logits, value).
+
+  __call__: inputs [B, ...], state → ((logits [B, A], value [B]), state).
+  unroll:   inputs [T, B, ...], state, start_of_episode [T, B] →
+            ((logits [T, B, A], values [T, B]), final state).
+  """
+
+  def __init__(self,
+               num_actions: int,
+               torso: snt.Module,
+               lstm_size: int = 256,
+               use_prev_action_reward: bool = True,
+               reward_clip: float = 1.0,
+               name: str = 'impala_network'):
+    super().__init__(name=name)
+    self._num_actions = num_actions
+    self._torso = torso
+    self._core = snt.LSTM(lstm_size)
+    self._head = policy_value.PolicyValueHead(num_actions)
+    self._use_prev_action_reward = use_prev_action_reward
+    self._reward_clip = reward_clip
+
+  @property
+  def num_actions(self) -> int:
+    return self._num_actions
+
+  def _embed(self, inputs) -> tf.Tensor:
+    """[B, ...] observation (or OAR) → [B, D] LSTM input."""
+    if isinstance(inputs, OAR):
+      features = self._torso(inputs.observation)
+      if not self._use_prev_action_reward:
+        return features
+      action = tf.one_hot(tf.cast(inputs.action, tf.int32), self._num_actions)
+      reward = tf.cast(inputs.reward, tf.float32)
+      # The paper feeds the clipped reward: unclipped rewards of Atari games
+      # span orders of magnitude and would dominate the LSTM input.
+      reward = tf.clip_by_value(reward, -self._reward_clip, self._reward_clip)
+      reward = tf.reshape(reward, [-1, 1])
+      return tf.concat([features, action, reward], axis=-1)
+    return self._torso(inputs)
+
+  def __call__(self, inputs, state: snt.LSTMState
+               ) -> Tuple[Tuple[Logits, Value], snt.LSTMState]:
+    embedding = self._embed(inputs)
+    output, new_state = self._core(embedding, state)
+    logits, value = self._head(output)
+    return (logits, value), new_state
+
+  def initial_state(self, batch_size: int, **unused_kwargs) -> snt.LSTMState:
+    return self._core.initial_state(batch_size)
+
+  def unroll(self, inputs, state: snt.LSTMState,
+             start_of_episode: Optional[tf.Tensor] = None
+             ) -> Tuple[Tuple[Logits, Value], snt.LSTMState]:
+    """Unrolls over a time-major sequence.
+
+    Args:
+      inputs: nest of [T, B, ...] observations (or OAR).
+      state: LSTM state at the start of the sequence, each part [B, H].
+      start_of_episode: optional [T, B] bool; where True the LSTM state is
+        reset to the initial (zero) state before that step, as the actor did.
+
+    Returns:
+      ((logits [T, B, A], values [T, B]), final state).
+    """
+    embeddings = snt.BatchApply(self._embed)(inputs)  # [T, B, D]
+    num_steps = embeddings.shape[0]
+    if num_steps is None:
+      raise ValueError('IMPALANetwork.unroll needs a static time dimension.')
+    batch_size = tf.shape(embeddings)[1]
+    zero_state = self._core.initial_state(batch_size)
+    outputs = []
+    for t in range(num_steps):
+      if start_of_episode is not None:
+        reset = tf.expand_dims(tf.cast(start_of_episode[t], tf.bool), -1)
+        state = tree.map_structure(
+            lambda z, s, r=reset: tf.where(r, z, s), zero_state, state)
+      output, state = self._core(embeddings[t], state)
+      outputs.append(output)
+    outputs = tf.stack(outputs)  # [T, B, H]
+    logits, values = snt.BatchApply(self._head)(outputs)
+    return (logits, values), state
+
+
+def make_network(config, num_actions: int) -> IMPALANetwork:
+  """Builds the network named by `config.network` (an IMPALAConfig)."""
+  torsos: dict = {
+      'mlp_lstm': lambda: mlp_torso(config.mlp_hidden_sizes),
+      'shallow': ShallowAtariTorso,
+      'deep': deep_atari_torso,
+  }
+  if config.network not in torsos:
+    raise ValueError(f'Unknown network {config.network!r}; expected one of '
+                     f'{sorted(torsos)}.')
+  make_torso: Callable[[], snt.Module] = torsos[config.network]
+  return IMPALANetwork(
+      num_actions=num_actions,
+      torso=make_torso(),
+      lstm_size=config.lstm_size,
+      use_prev_action_reward=config.use_prev_action_reward)

@@ -1,0 +1,73 @@
+"""Config validation: bad values fail at once, naming field, value and range."""
+
+import dataclasses
+import re
+
+import pytest
+
+import configs
+from acme_impala import config as config_lib
+
+
+def test_defaults_and_named_configs_are_valid():
+  config_lib.IMPALAConfig()
+  cartpole = configs.get_config('cartpole')
+  atari = configs.get_config('atari')
+  assert cartpole.env_id == 'CartPole-v1'
+  # Table G.1 of the IMPALA paper.
+  assert atari.unroll_length == 20 and atari.batch_size == 32
+  assert atari.discount == 0.99 and atari.baseline_cost == 0.5
+  assert atari.entropy_cost == 0.01 and atari.rmsprop_momentum == 0.0
+  assert atari.rmsprop_epsilon == 0.01 and atari.learning_rate == 0.0006
+  assert atari.max_gradient_norm == 40.0 and atari.reward_clipping == 'abs_one'
+  assert cartpole.sequence_length == cartpole.unroll_length + 1
+
+
+@pytest.mark.parametrize('field,value,expected', [
+    ('discount', 1.5, r'\[0.0, 1.0\]'),
+    ('discount', -0.1, r'\[0.0, 1.0\]'),
+    ('batch_size', 0, 'integer'),
+    ('batch_size', 2.5, 'integer'),
+    ('unroll_length', True, 'integer'),
+    ('learning_rate', 0.0, r'\(0.0, inf\)'),
+    ('learning_rate', float('nan'), 'number'),
+    ('entropy_cost', -1.0, r'\[0.0, inf\)'),
+    ('network', 'transformer', 'mlp_lstm'),
+    ('reward_clipping', 'clip', 'abs_one'),
+    ('loss_reduction', 'median', 'mean'),
+    ('off_policy_correction', 'retrace', 'vtrace'),
+    ('compile_mode', 'jit', 'vtrace_and_optimizer'),
+    ('lambda_', 1.1, r'\[0.0, 1.0\]'),
+    ('clip_rho_threshold', 0.0, 'None'),
+    ('mlp_hidden_sizes', (), 'positive integers'),
+    ('lr_anneal_steps', 0, 'integer'),
+])
+def test_bad_value_names_field_value_and_range(field, value, expected):
+  with pytest.raises(config_lib.ConfigError) as info:
+    config_lib.IMPALAConfig(**{field: value})
+  message = str(info.value)
+  assert f'IMPALAConfig.{field}={value!r}' in message
+  assert re.search(expected, message), message
+
+
+def test_cross_field_checks():
+  with pytest.raises(config_lib.ConfigError, match='clip_c_threshold=2.0'):
+    config_lib.IMPALAConfig(clip_c_threshold=2.0, clip_rho_threshold=1.0)
+  with pytest.raises(config_lib.ConfigError, match='max_queue_size=4'):
+    config_lib.IMPALAConfig(max_queue_size=4, batch_size=8)
+
+
+def test_replace_validates_and_rejects_unknown_fields():
+  config = config_lib.IMPALAConfig()
+  assert config.replace(batch_size=4).batch_size == 4
+  with pytest.raises(config_lib.ConfigError, match='batch_size=-4'):
+    config.replace(batch_size=-4)
+  with pytest.raises(config_lib.ConfigError, match='learnin_rate'):
+    config.replace(learnin_rate=1e-3)
+  with pytest.raises(config_lib.ConfigError, match='batch_size=-4'):
+    dataclasses.replace(config, batch_size=-4)
+
+
+def test_unknown_named_config():
+  with pytest.raises(config_lib.ConfigError, match="'pong'.*cartpole"):
+    configs.get_config('pong')

@@ -1,0 +1,98 @@
+"""Network output shapes, OAR inputs, and unroll == step-by-step with resets."""
+
+from acme.wrappers import observation_action_reward
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from acme_impala import config as config_lib
+from acme_impala import networks
+
+OAR = observation_action_reward.OAR
+
+
+def _oar(obs, t_b):
+  return OAR(observation=obs,
+             action=tf.zeros(t_b, tf.int32),
+             reward=tf.ones(t_b, tf.float32) * 3.)  # clipped to 1 inside
+
+
+@pytest.mark.parametrize('name,obs_shape,dtype,lstm', [
+    ('mlp_lstm', (4,), tf.float32, 32),
+    ('shallow', (84, 84, 4), tf.uint8, 256),
+    ('deep', (84, 84, 4), tf.uint8, 256),
+])
+def test_output_shapes(name, obs_shape, dtype, lstm):
+  config = config_lib.IMPALAConfig(network=name, lstm_size=lstm)
+  net = networks.make_network(config, num_actions=6)
+  b, t = 3, 5
+  obs = tf.zeros((b,) + obs_shape, dtype)
+  state = net.initial_state(b)
+  (logits, value), new_state = net(_oar(obs, [b]), state)
+  assert logits.shape == (b, 6) and value.shape == (b,)
+  assert new_state.hidden.shape == (b, lstm)
+  seq = tf.zeros((t, b) + obs_shape, dtype)
+  (logits, values), _ = net.unroll(_oar(seq, [t, b]), state,
+                                   tf.zeros((t, b), tf.bool))
+  assert logits.shape == (t, b, 6) and values.shape == (t, b)
+
+
+def test_deep_torso_has_15_conv_layers():
+  config = config_lib.IMPALAConfig(network='deep', lstm_size=8)
+  net = networks.make_network(config, num_actions=4)
+  net(_oar(tf.zeros((1, 84, 84, 4), tf.uint8), [1]), net.initial_state(1))
+  convs = [v for v in net.variables if v.shape.rank == 4]  # conv kernels
+  assert len(convs) == 15
+
+
+def test_plain_observations_are_accepted():
+  config = config_lib.IMPALAConfig(lstm_size=8)
+  net = networks.make_network(config, num_actions=2)
+  (logits, value), _ = net(tf.zeros((2, 4)), net.initial_state(2))
+  assert logits.shape == (2, 2) and value.shape == (2,)
+
+
+def test_unroll_matches_step_by_step_with_resets():
+  """Folding time into batch for the torso must not change the result, and
+  a start-of-episode step must see the initial LSTM state."""
+  tf.random.set_seed(0)
+  config = config_lib.IMPALAConfig(lstm_size=16)
+  net = networks.make_network(config, num_actions=3)
+  t, b = 6, 2
+  rng = np.random.default_rng(0)
+  obs = tf.constant(rng.normal(size=(t, b, 4)), tf.float32)
+  inputs = OAR(observation=obs,
+               action=tf.constant(rng.integers(0, 3, (t, b)), tf.int32),
+               reward=tf.constant(rng.normal(size=(t, b)), tf.float32))
+  start = np.zeros((t, b), bool)
+  start[3, 0] = True
+  state0 = net.initial_state(b)
+  # A non-zero initial state, so that the reset is visible.
+  state0 = tf.nest.map_structure(lambda s: s + 0.5, state0)
+  (logits, values), _ = net.unroll(inputs, state0, tf.constant(start))
+
+  state = state0
+  for i in range(t):
+    if start[i, 0]:
+      zero = net.initial_state(b)
+      state = tf.nest.map_structure(
+          lambda z, s: tf.concat([z[:1], s[1:]], 0), zero, state)
+    step_in = tf.nest.map_structure(lambda x, i=i: x[i], inputs)
+    (l, v), state = net(step_in, state)
+    np.testing.assert_allclose(l.numpy(), logits[i].numpy(), atol=1e-5)
+    np.testing.assert_allclose(v.numpy(), values[i].numpy(), atol=1e-5)
+  # And the reset really changed row 0 after step 3.
+  (l_noreset, _), _ = net.unroll(inputs, state0, tf.zeros((t, b), tf.bool))
+  assert not np.allclose(l_noreset[3, 0].numpy(), logits[3, 0].numpy())
+  np.testing.assert_allclose(l_noreset[3, 1].numpy(), logits[3, 1].numpy(),
+                             atol=1e-6)
+
+
+def test_reward_is_clipped_and_action_one_hot():
+  config = config_lib.IMPALAConfig(lstm_size=8)
+  net = networks.make_network(config, num_actions=3)
+  obs = tf.zeros((1, 4))
+  emb_big = net._embed(OAR(obs, tf.constant([2]), tf.constant([100.])))
+  emb_one = net._embed(OAR(obs, tf.constant([2]), tf.constant([1.])))
+  np.testing.assert_allclose(emb_big.numpy(), emb_one.numpy())
+  assert emb_one.numpy()[0, -4:].tolist() == [0., 0., 1., 1.]
