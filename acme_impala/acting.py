@@ -1,0 +1,136 @@
+"""IMPALA actor: runs the behaviour policy μ and writes trajectories.
+
+The actor samples actions from the recurrent policy, and hands each step to an
+Acme adder with the extras the learner needs for V-trace: the behaviour logits
+and the LSTM state *before* the step (so item[0]'s `core_state` is the state at
+the start of the sequence), in Acme's own extras layout (`logits`,
+`core_state`), so that Acme's IMPALA learner can read what this actor writes.
+Optionally it also records `policy_version`, the learner step of the weights
+that acted, from which the learner measures policy lag.
+"""
+
+from typing import Dict, Mapping, Optional, Sequence
+
+from acme import adders
+from acme import core
+from acme import types
+from acme.tf import utils as tf2_utils
+from acme.tf import variable_utils as tf2_variable_utils
+import dm_env
+import numpy as np
+import sonnet as snt
+import tensorflow as tf
+import tree
+
+# Names under which IMPALALearner.get_variables serves its state.
+POLICY_VARIABLES = 'policy'
+LEARNER_STEPS = 'learner_steps'
+
+
+def sample_categorical(rng: np.random.Generator, logits: np.ndarray
+                       ) -> np.ndarray:
+  """Samples [B] actions from [B, A] logits with the Gumbel-max trick.
+
+  Sampling in numpy keeps the TF graph to a single call per step and makes
+  actions reproducible from the actor's seed.
+  """
+  gumbel = rng.gumbel(size=logits.shape)
+  return np.argmax(logits + gumbel, axis=-1).astype(np.int32)
+
+
+def make_variable_client(
+    source: core.VariableSource,
+    network: snt.Module,
+    update_period: int = 1,
+    policy_version: Optional[tf.Variable] = None,
+) -> tf2_variable_utils.VariableClient:
+  """An Acme VariableClient refreshing `network` (and the policy version)."""
+  variables: Dict[str, Sequence[tf.Variable]] = {
+      POLICY_VARIABLES: network.variables}
+  if policy_version is not None:
+    variables[LEARNER_STEPS] = [policy_version]
+  return tf2_variable_utils.VariableClient(
+      source, variables, update_period=update_period)
+
+
+class IMPALAActor(core.Actor):
+  """A recurrent actor sampling from π and recording μ's logits and state."""
+
+  def __init__(
+      self,
+      network: snt.RNNCore,
+      adder: Optional[adders.Adder] = None,
+      variable_client: Optional[tf2_variable_utils.VariableClient] = None,
+      *,
+      policy_version: Optional[tf.Variable] = None,
+      seed: Optional[int] = None,
+  ):
+    """Creates the actor.
+
+    Args:
+      network: RNNCore returning ((logits [B, A], value [B]), state).
+      adder: an Acme adder (e.g. SequenceAdder); None for evaluation.
+      variable_client: refreshes `network` (and `policy_version`) from a
+        VariableSource; its update_period sets how often.
+      policy_version: optional int64 scalar variable kept up to date by the
+        variable client with the learner step of the weights; when given it
+        is written to extras['policy_version'].
+      seed: seed of the action sampler.
+    """
+    self._network = network
+    self._adder = adder
+    self._variable_client = variable_client
+    self._policy_version = policy_version
+    self._rng = np.random.default_rng(seed)
+    # One graph call per step: the per-call floor of TF dominates otherwise.
+    self._policy = tf.function(network.__call__)
+    self._state = None
+    self._prev_state = None
+    self._prev_logits = None
+
+  def select_action(self, observation: types.NestedArray) -> np.ndarray:
+    batched = tf2_utils.add_batch_dim(observation)
+    if self._state is None:
+      self._state = self._network.initial_state(1)
+    (logits, _), new_state = self._policy(batched, self._state)
+    self._prev_logits = logits
+    self._prev_state = self._state
+    self._state = new_state
+    return sample_categorical(self._rng, logits.numpy())[0]
+
+  def observe_first(self, timestep: dm_env.TimeStep):
+    if self._adder:
+      self._adder.add_first(timestep)
+    # A new episode starts from the initial LSTM state; the learner resets at
+    # `start_of_episode` steps in the same way.
+    self._state = None
+
+  def observe(self, action: types.NestedArray,
+              next_timestep: dm_env.TimeStep):
+    if not self._adder:
+      return
+    extras = {'logits': self._prev_logits, 'core_state': self._prev_state}
+    extras = tf2_utils.to_numpy_squeeze(extras)
+    if self._policy_version is not None:
+      extras['policy_version'] = np.asarray(
+          self._policy_version.numpy(), dtype=np.int64)
+    self._adder.add(np.asarray(action, dtype=np.int32), next_timestep, extras)
+
+  def update(self, wait: bool = False):
+    if self._variable_client:
+      self._variable_client.update(wait)
+
+
+def extras_spec(network: snt.RNNCore, num_actions: int,
+                record_policy_version: bool = True
+                ) -> Mapping[str, types.NestedSpec]:
+  """The extras an IMPALAActor writes, as unbatched specs (for signatures)."""
+  spec = {
+      'core_state': tf2_utils.squeeze_batch_dim(network.initial_state(1)),
+      'logits': tf.TensorSpec([num_actions], tf.float32),
+  }
+  spec['core_state'] = tree.map_structure(
+      lambda t: tf.TensorSpec(t.shape, t.dtype), spec['core_state'])
+  if record_policy_version:
+    spec['policy_version'] = tf.TensorSpec([], tf.int64)
+  return spec

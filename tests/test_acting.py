@@ -1,0 +1,138 @@
+"""IMPALAActor in a real Reverb queue, driven by Acme's EnvironmentLoop."""
+
+import acme
+from acme import datasets
+from acme import specs
+from acme.tf import utils as tf2_utils
+import numpy as np
+import reverb
+import tensorflow as tf
+
+from acme_impala import acting
+from acme_impala import agent as agent_lib
+from acme_impala import config as config_lib
+from acme_impala import environments
+from acme_impala import networks
+
+T = 5  # unroll length of these tests
+
+
+def _setup(config, seed=0):
+  env = environments.make_environment(config.env_id, seed=seed)
+  spec = specs.make_environment_spec(env)
+  tf.random.set_seed(seed)
+  net = networks.make_network(config, spec.actions.num_values)
+  tf2_utils.create_variables(net, [spec.observations])
+  table = reverb.Table.queue(
+      agent_lib.QUEUE_TABLE, max_size=10_000,
+      signature=agent_lib.queue_signature(spec, net, config))
+  server = reverb.Server([table], port=None)
+  return env, spec, net, server
+
+
+def _read_items(server, n):
+  ds = datasets.make_reverb_dataset(
+      server_address=f'localhost:{server.port}',
+      table=agent_lib.QUEUE_TABLE, batch_size=n, num_parallel_calls=1)
+  return next(iter(ds)).data
+
+
+def test_items_signature_extras_and_start_state():
+  config = config_lib.IMPALAConfig(unroll_length=T, lstm_size=16)
+  env, spec, net, server = _setup(config)
+  client = reverb.Client(f'localhost:{server.port}')
+  version = tf.Variable(7, dtype=tf.int64)
+  actor = acting.IMPALAActor(
+      net, agent_lib.make_sequence_adder(client, config),
+      policy_version=version, seed=1)
+  # Acme's own loop drives our actor.
+  loop = acme.EnvironmentLoop(env, actor, should_update=False)
+  loop.run(num_steps=300)
+  size = client.server_info()[agent_lib.QUEUE_TABLE].current_size
+  # One item of T+1 steps every T written steps (overlap by one); episode
+  # ends add one dummy step each (Acme's adder), so a bit more than 300 / T.
+  assert 300 // T - 1 <= size <= 2 * 300 // T
+
+  data = _read_items(server, 16)
+  assert data.action.shape == (16, T + 1) and data.action.dtype == tf.int32
+  assert data.observation.observation.shape == (16, T + 1, 4)
+  assert data.observation.action.shape == (16, T + 1)
+  assert data.reward.dtype == tf.float32 and data.discount.dtype == tf.float32
+  assert data.extras['logits'].shape == (16, T + 1, 2)
+  assert data.extras['core_state'].hidden.shape == (16, T + 1, 16)
+
+  # The LSTM state stored at step 0 of each item, with the item's
+  # observations, reproduces the behaviour logits at every real step (dummy
+  # steps before an episode start hold zeros), and the stored state at every
+  # step: so the learner, with the same weights, is exactly on-policy.
+  seq = tf2_utils.batch_to_sequence(data)
+  state0 = tf.nest.map_structure(lambda s: s[0], seq.extras['core_state'])
+  (logits, _), _ = net.unroll(seq.observation, state0, seq.start_of_episode)
+  # Steps followed by an episode start are the adder's dummy steps; the last
+  # step of an item only gives the bootstrap observation (and may be a dummy).
+  real = ~np.concatenate(
+      [seq.start_of_episode.numpy()[1:], np.ones((1, 16), bool)], 0)
+  np.testing.assert_allclose(logits.numpy()[real],
+                             seq.extras['logits'].numpy()[real], atol=1e-5)
+  assert real.sum() > 0.8 * real.size
+  np.testing.assert_array_equal(
+      seq.extras['policy_version'].numpy()[:-1][real[:-1]], 7)
+  starts = seq.start_of_episode.numpy()
+  np.testing.assert_array_equal(
+      seq.extras['core_state'].hidden.numpy()[starts], 0.)
+  server.stop()
+
+
+class _Source(acme.VariableSource):
+  """A VariableSource serving fixed weights and a step count."""
+
+  def __init__(self, variables, steps):
+    self.variables, self.steps, self.calls = variables, steps, 0
+
+  def get_variables(self, names):
+    self.calls += 1
+    groups = {acting.POLICY_VARIABLES: self.variables,
+              acting.LEARNER_STEPS: [np.int64(self.steps)]}
+    return [groups[n] for n in names]
+
+
+def test_variable_client_refreshes_weights_and_version():
+  config = config_lib.IMPALAConfig(lstm_size=8)
+  env, spec, net, server = _setup(config)
+  new_weights = [np.full(v.shape, 0.01, v.dtype.as_numpy_dtype)
+                 for v in net.variables]
+  source = _Source(new_weights, steps=42)
+  version = tf.Variable(0, dtype=tf.int64)
+  client = acting.make_variable_client(source, net, update_period=10,
+                                       policy_version=version)
+  actor = acting.IMPALAActor(net, None, client, policy_version=version)
+  for _ in range(9):
+    actor.update()
+  assert source.calls == 0  # Period not reached yet.
+  actor.update(wait=True)
+  assert source.calls == 1
+  assert int(version.numpy()) == 42
+  np.testing.assert_allclose(net.variables[0].numpy(), 0.01)
+  server.stop()
+
+
+def test_actor_without_adder_acts_and_is_seeded():
+  config = config_lib.IMPALAConfig(lstm_size=8)
+  env, spec, net, server = _setup(config)
+  runs = []
+  for _ in range(2):
+    actor = acting.IMPALAActor(net, seed=3)
+    ts = env.reset()
+    actor.observe_first(ts)
+    actions = [int(actor.select_action(ts.observation)) for _ in range(20)]
+    runs.append(actions)
+  assert runs[0] == runs[1]
+  assert set(runs[0]) <= {0, 1}
+  server.stop()
+
+
+def test_sample_categorical_matches_softmax():
+  rng = np.random.default_rng(0)
+  logits = np.log(np.array([[0.2, 0.5, 0.3]] * 20000))
+  counts = np.bincount(acting.sample_categorical(rng, logits), minlength=3)
+  np.testing.assert_allclose(counts / 20000, [0.2, 0.5, 0.3], atol=0.015)
