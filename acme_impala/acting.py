@@ -134,3 +134,79 @@ def extras_spec(network: snt.RNNCore, num_actions: int,
   if record_policy_version:
     spec['policy_version'] = tf.TensorSpec([], tf.int64)
   return spec
+
+
+class BatchedIMPALAActor:
+  """Acts in K environments with one policy call per step (batched inference).
+
+  Each environment keeps its own adder and its own row of the LSTM state, so
+  the items in Reverb are exactly those K single-environment IMPALAActors
+  would write; only the network call is shared, which amortises TF's
+  per-call cost (about 0.5 ms here) over K environments.
+  """
+
+  def __init__(
+      self,
+      network: snt.RNNCore,
+      num_envs: int,
+      adders: Optional[Sequence[adders.Adder]] = None,
+      variable_client: Optional[tf2_variable_utils.VariableClient] = None,
+      *,
+      policy_version: Optional[tf.Variable] = None,
+      seed: Optional[int] = None,
+  ):
+    if adders is not None and len(adders) != num_envs:
+      raise ValueError(f'Got {len(adders)} adders for num_envs={num_envs}; '
+                       'expected one adder per environment.')
+    self._network = network
+    self._num_envs = num_envs
+    self._adders = adders
+    self._variable_client = variable_client
+    self._policy_version = policy_version
+    self._rng = np.random.default_rng(seed)
+    self._policy = tf.function(network.__call__)
+    self._zero_state = tf2_utils.to_numpy(network.initial_state(num_envs))
+    self._state = tree.map_structure(np.copy, self._zero_state)
+    self._prev_state = None
+    self._prev_logits = None
+
+  @property
+  def num_envs(self) -> int:
+    return self._num_envs
+
+  def select_actions(self, observations: Sequence[types.NestedArray]
+                     ) -> np.ndarray:
+    """[K] actions for the K environments' current observations."""
+    batched = tree.map_structure(lambda *xs: np.stack(xs), *observations)
+    (logits, _), new_state = self._policy(batched, self._state)
+    self._prev_logits = logits.numpy()
+    self._prev_state = self._state
+    # np.array copies: rows are reset in place at episode starts.
+    self._state = tree.map_structure(np.array, new_state)
+    return sample_categorical(self._rng, self._prev_logits)
+
+  def observe_first(self, index: int, timestep: dm_env.TimeStep):
+    if self._adders:
+      self._adders[index].add_first(timestep)
+    for state, zero in zip(tree.flatten(self._state),
+                           tree.flatten(self._zero_state)):
+      state[index] = zero[index]
+
+  def observe(self, index: int, action: types.NestedArray,
+              next_timestep: dm_env.TimeStep):
+    if not self._adders:
+      return
+    extras = {
+        'logits': self._prev_logits[index],
+        'core_state': tree.map_structure(lambda s: s[index],
+                                         self._prev_state),
+    }
+    if self._policy_version is not None:
+      extras['policy_version'] = np.asarray(
+          self._policy_version.numpy(), dtype=np.int64)
+    self._adders[index].add(np.asarray(action, dtype=np.int32),
+                            next_timestep, extras)
+
+  def update(self, wait: bool = False):
+    if self._variable_client:
+      self._variable_client.update(wait)

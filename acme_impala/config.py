@@ -69,17 +69,26 @@ class IMPALAConfig:
   rmsprop_momentum: float = 0.0
   max_gradient_norm: Optional[float] = 40.0
   lr_anneal_steps: Optional[int] = None
+  # Distributed runs: set lr_anneal_steps from the actor-step budget
+  # (Table G.1: "anneal linearly to 0 from beginning to end of training").
+  anneal_learning_rate: bool = False
 
   # Learner mechanics.
   compile_mode: str = 'vtrace_and_optimizer'
   prefetch_size: int = 2
 
   # Acting.
+  # Environments per actor process, stepped in lockstep with one batched
+  # policy call (the TF per-call cost is amortised over them).
+  envs_per_actor: int = 1
   variable_update_period: int = 1  # Actor steps between weight refreshes.
   record_policy_version: bool = True  # Adds extras['policy_version'].
 
   # Trajectory queue (a Reverb FIFO table).
   max_queue_size: int = 1000
+
+  # Checkpoints of the learner and counter (distributed program).
+  checkpoint_period_minutes: float = 5.0
 
   def __post_init__(self):
     self.validate()
@@ -119,6 +128,9 @@ class IMPALAConfig:
     _check_float(self, 'max_gradient_norm', 0.0, None, allow_none=True,
                  open_low=True)
     _check_int(self, 'lr_anneal_steps', 1, None, allow_none=True)
+    _check_bool(self, 'anneal_learning_rate')
+    _check_int(self, 'envs_per_actor', 1, 1024)
+    _check_float(self, 'checkpoint_period_minutes', 0.0, None, open_low=True)
     _check_choice(self, 'compile_mode', COMPILE_MODES)
     _check_int(self, 'prefetch_size', 0, None)
     _check_int(self, 'variable_update_period', 1, None)
@@ -158,14 +170,14 @@ def _fail(config, name: str, expected: str) -> None:
 def _range_text(low, high, open_low=False) -> str:
   lo = '(' if open_low else '['
   hi = 'inf)' if high is None else f'{high}]'
-  return f'a value in {lo}{low}, {hi}'
+  return f'{lo}{low}, {hi}'
 
 
 def _check_int(config, name, low, high, allow_none=False):
   value = getattr(config, name)
   if value is None and allow_none:
     return
-  expected = 'an integer ' + _range_text(low, high) + (
+  expected = 'an integer in ' + _range_text(low, high) + (
       ' or None' if allow_none else '')
   if isinstance(value, bool) or not isinstance(value, int):
     _fail(config, name, expected)
@@ -177,7 +189,7 @@ def _check_float(config, name, low, high, allow_none=False, open_low=False):
   value = getattr(config, name)
   if value is None and allow_none:
     return
-  expected = 'a number ' + _range_text(low, high, open_low) + (
+  expected = 'a number in ' + _range_text(low, high, open_low) + (
       ' or None' if allow_none else '')
   if isinstance(value, bool) or not isinstance(value, (int, float)):
     _fail(config, name, expected)

@@ -106,7 +106,9 @@ class IMPALANetwork(snt.RNNCore):
 
   def _embed(self, inputs) -> tf.Tensor:
     """[B, ...] observation (or OAR) → [B, D] LSTM input."""
-    if isinstance(inputs, OAR):
+    # Duck-typed: nests read back from a Reverb signature are namedtuples
+    # rebuilt by Reverb, not Acme's OAR class.
+    if all(hasattr(inputs, f) for f in OAR._fields):
       features = self._torso(inputs.observation)
       if not self._use_prev_action_reward:
         return features

@@ -1,0 +1,233 @@
+"""IMPALA learner: V-trace actor-critic updates with RMSProp.
+
+The learner reads batches of trajectories from a Reverb dataset in Python
+(the read stays outside compiled code, so a slow or empty queue never stalls
+inside XLA and the wait is measurable), then runs one update in a
+`tf.function`. Where XLA applies is `compile_mode` (see config.py); by default
+the V-trace/loss maths and the RMSProp update are jit-compiled sub-functions of
+a graph-mode step, which measured fastest on CPU (README, learner benchmark).
+
+Data layout (Acme's SequenceAdder): an item is T+1 steps; step t holds
+observation x_t, the action a_t taken there, the reward r_t and discount d_t
+that followed, `start_of_episode`, and the extras written by the actor.
+The last step only provides the bootstrap observation. When an episode ends
+inside a sequence, Acme's adder writes a dummy step (the final observation
+with a zero action) just before the first step of the next episode; that step
+is masked out of the loss and cuts the V-trace traces, and the LSTM is reset
+at `start_of_episode` steps, as the actor did.
+"""
+
+import functools
+import time
+from typing import Dict, List, Mapping, Optional
+
+import acme
+from acme.tf import savers as tf2_savers
+from acme.tf import utils as tf2_utils
+from acme.utils import counting
+from acme.utils import loggers
+import numpy as np
+import reverb
+import sonnet as snt
+import tensorflow as tf
+import tree
+
+from acme_impala import acting
+from acme_impala import config as config_lib
+from acme_impala import losses
+
+
+def _learning_rate(base: float, step: tf.Tensor,
+                   anneal_steps: Optional[int]) -> tf.Tensor:
+  """Linear annealing from `base` to 0 over `anneal_steps` (Table G.1)."""
+  if anneal_steps is None:
+    return tf.constant(base, tf.float32)
+  frac = tf.cast(step, tf.float32) / float(anneal_steps)
+  return base * tf.maximum(0., 1. - frac)
+
+
+class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
+  """Learner for the importance-weighted actor-critic (IMPALA)."""
+
+  def __init__(
+      self,
+      network: snt.RNNCore,
+      iterator,
+      config: config_lib.IMPALAConfig,
+      counter: Optional[counting.Counter] = None,
+      logger: Optional[loggers.Logger] = None,
+  ):
+    """Creates the learner.
+
+    Args:
+      network: RNNCore with `unroll(inputs, state, start_of_episode)` (see
+        networks.IMPALANetwork), its variables already created.
+      iterator: yields `reverb.ReplaySample`s (or bare Trajectories) of
+        [B, T+1, ...] sequences, e.g. iter(acme.datasets.make_reverb_dataset).
+      config: the agent's IMPALAConfig.
+      counter: Acme counter; the learner increments `steps`.
+      logger: Acme logger for the metrics.
+    """
+    self._network = network
+    self._iterator = iterator
+    self._config = config
+    self._counter = counter or counting.Counter(prefix='learner')
+    self._logger = logger or loggers.TerminalLogger('learner', time_delta=1.)
+
+    self._num_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                  name='num_steps')
+    self._lr = tf.Variable(config.learning_rate, dtype=tf.float32,
+                           trainable=False, name='learning_rate')
+    self._optimizer = snt.optimizers.RMSProp(
+        learning_rate=self._lr,
+        decay=config.rmsprop_decay,
+        momentum=config.rmsprop_momentum,
+        epsilon=config.rmsprop_epsilon)
+    self._variables = network.trainable_variables
+    self._max_grad_norm = (config.max_gradient_norm
+                           if config.max_gradient_norm is not None else 1e10)
+
+    loss_fn = functools.partial(
+        losses.impala_loss,
+        baseline_cost=config.baseline_cost,
+        entropy_cost=config.entropy_cost,
+        clip_rho_threshold=config.clip_rho_threshold,
+        clip_c_threshold=config.clip_c_threshold,
+        clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+        lambda_=config.lambda_,
+        reduction=config.loss_reduction,
+        off_policy_correction=config.off_policy_correction)
+    apply_fn = self._apply_gradients
+    mode = config.compile_mode
+    if mode == 'vtrace_and_optimizer':
+      loss_fn = tf.function(loss_fn, jit_compile=True)
+      apply_fn = tf.function(apply_fn, jit_compile=True)
+    self._loss_fn = loss_fn
+    self._apply_fn = apply_fn
+    self._step_fn = tf.function(self._step, jit_compile=(mode == 'full'))
+
+    self._compile_time = None
+    self._trace_time = 0.
+    element_spec = getattr(iterator, 'element_spec', None)
+    if element_spec is not None:
+      # Trace now (seconds for the unrolled LSTM and its gradient) rather
+      # than at the first batch, so a program's learner is ready before its
+      # actors get their first weights.
+      start = time.time()
+      spec = (element_spec.data
+              if isinstance(element_spec, reverb.ReplaySample)
+              else element_spec)
+      self._step_fn.get_concrete_function(spec)
+      self._trace_time = time.time() - start
+    self._last_time = None
+    self._wait_time = 0.
+    self._busy_time = 0.
+
+  # -- The update (TensorFlow). --------------------------------------------
+
+  def _apply_gradients(self, gradients: List[tf.Tensor]) -> tf.Tensor:
+    gradients, grad_norm = tf.clip_by_global_norm(gradients,
+                                                  self._max_grad_norm)
+    self._optimizer.apply(gradients, self._variables)
+    return grad_norm
+
+  def _step(self, data) -> Dict[str, tf.Tensor]:
+    """One update on a batch-major Trajectory [B, T+1, ...]."""
+    cfg = self._config
+    data = tf2_utils.batch_to_sequence(data)  # [T+1, B, ...]
+    extras = data.extras
+    core_state = tree.map_structure(lambda s: s[0], extras['core_state'])
+    start = tf.cast(data.start_of_episode, tf.bool)
+    # A step followed by the start of a new episode is the adder's dummy
+    # step (the final observation, no action was taken there).
+    mask = 1. - tf.cast(start[1:], tf.float32)  # [T, B]
+    actions = tf.cast(data.action[:-1], tf.int32)
+    rewards = losses.clip_rewards(
+        tf.cast(data.reward[:-1], tf.float32), cfg.reward_clipping)
+    discounts = cfg.discount * tf.cast(data.discount[:-1], tf.float32)
+    behaviour_logits = tf.cast(extras['logits'][:-1], tf.float32)
+
+    lr = _learning_rate(cfg.learning_rate, self._num_steps,
+                        cfg.lr_anneal_steps)
+    self._lr.assign(lr)
+
+    with tf.GradientTape() as tape:
+      (logits, values), _ = self._network.unroll(
+          data.observation, core_state, start)
+      loss, metrics = self._loss_fn(
+          logits[:-1], behaviour_logits, actions, rewards, discounts,
+          values[:-1], values[-1], mask=mask)
+    gradients = tape.gradient(loss, self._variables)
+    grad_norm = self._apply_fn(gradients)
+    self._num_steps.assign_add(1)
+
+    metrics = dict(metrics)
+    metrics['grad_norm'] = grad_norm
+    metrics['learning_rate'] = lr
+    if 'policy_version' in extras:
+      # Learner steps between the weights that acted and these weights.
+      # Dummy steps carry version 0: take the oldest real step's version.
+      version = tf.cast(extras['policy_version'][:-1], tf.float32)
+      version = tf.where(mask > 0, version, tf.float32.max)
+      lag = tf.cast(self._num_steps - 1, tf.float32) - tf.reduce_min(
+          version, axis=0)
+      lag = tf.boolean_mask(lag, tf.reduce_any(mask > 0, axis=0))
+      metrics['policy_lag_mean'] = tf.reduce_mean(lag)
+      metrics['policy_lag_max'] = tf.reduce_max(lag)
+    return metrics
+
+  # -- acme.Learner. --------------------------------------------------------
+
+  def step(self):
+    start = time.time()
+    sample = next(self._iterator)
+    got_data = time.time()
+    data = sample.data if isinstance(sample, reverb.ReplaySample) else sample
+    metrics = self._step_fn(data)
+    metrics = tf2_utils.to_numpy(metrics)
+    end = time.time()
+
+    if self._compile_time is None:
+      # The first call traces and compiles; report it apart from throughput.
+      self._compile_time = self._trace_time + end - got_data
+    else:
+      self._wait_time += got_data - start
+      self._busy_time += end - got_data
+    elapsed = end - self._last_time if self._last_time else 0.
+    self._last_time = end
+
+    counts = self._counter.increment(steps=1, walltime=elapsed)
+    metrics = {k: float(v) for k, v in metrics.items()}
+    total = self._wait_time + self._busy_time
+    metrics.update(counts)
+    metrics['compile_time_s'] = self._compile_time
+    metrics['steps_per_second'] = 1. / elapsed if elapsed > 0 else 0.
+    metrics['samples_per_second'] = metrics['steps_per_second'] * (
+        self._config.batch_size)
+    metrics['queue_wait_fraction'] = self._wait_time / total if total else 0.
+    self._logger.write(metrics)
+
+  def get_variables(self, names: List[str]) -> List[List[np.ndarray]]:
+    """Serves the groups named in `names` ('policy', 'learner_steps')."""
+    groups = {
+        acting.POLICY_VARIABLES: lambda: tf2_utils.to_numpy(
+            self._network.variables),
+        acting.LEARNER_STEPS: lambda: [self._num_steps.numpy()],
+    }
+    unknown = [n for n in names if n not in groups]
+    if unknown:
+      raise ValueError(f'Unknown variable group(s) {unknown}; this learner '
+                       f'serves {sorted(groups)}.')
+    return [groups[n]() for n in names]
+
+  @property
+  def num_steps(self) -> int:
+    return int(self._num_steps.numpy())
+
+  @property
+  def state(self) -> Mapping[str, tf2_savers.Checkpointable]:
+    return {
+        'network': self._network,
+        'optimizer': self._optimizer,
+        'num_steps': self._num_steps,
+    }
