@@ -9,6 +9,7 @@ Optionally it also records `policy_version`, the learner step of the weights
 that acted, from which the learner measures policy lag.
 """
 
+import time
 from typing import Dict, Mapping, Optional, Sequence
 
 from acme import adders
@@ -16,6 +17,7 @@ from acme import core
 from acme import types
 from acme.tf import utils as tf2_utils
 from acme.tf import variable_utils as tf2_variable_utils
+from absl import logging
 import dm_env
 import numpy as np
 import sonnet as snt
@@ -36,6 +38,38 @@ def sample_categorical(rng: np.random.Generator, logits: np.ndarray
   """
   gumbel = rng.gumbel(size=logits.shape)
   return np.argmax(logits + gumbel, axis=-1).astype(np.int32)
+
+
+class _TolerantUpdates:
+  """Keeps acting on the current weights while the learner is briefly
+  unreachable (e.g. busy compiling its first step); raises only once it has
+  failed to answer for `max_outage_s`. Blocking updates (wait=True) raise."""
+
+  def __init__(self, client, max_outage_s: float = 120.):
+    self._client = client
+    self._max_outage_s = max_outage_s
+    self._failing_since = None
+
+  def update(self, wait: bool = False):
+    if wait:
+      # A blocking fetch was asked for explicitly: its caller handles errors.
+      self._client.update(wait=True)
+      self._failing_since = None
+      return
+    try:
+      self._client.update(wait)
+      self._failing_since = None
+    except Exception as error:  # pylint: disable=broad-except
+      # Acme's VariableClient keeps a failed future and would re-raise it on
+      # every call: drop it so that the next update asks again.
+      self._client._future = None  # pylint: disable=protected-access
+      now = time.time()
+      if self._failing_since is None:
+        self._failing_since = now
+        logging.warning('Variable update failed (%s); acting on the current '
+                        'weights and retrying.', error)
+      elif now - self._failing_since > self._max_outage_s:
+        raise
 
 
 def make_variable_client(
@@ -79,7 +113,8 @@ class IMPALAActor(core.Actor):
     """
     self._network = network
     self._adder = adder
-    self._variable_client = variable_client
+    self._variable_client = (_TolerantUpdates(variable_client)
+                             if variable_client else None)
     self._policy_version = policy_version
     self._rng = np.random.default_rng(seed)
     # One graph call per step: the per-call floor of TF dominates otherwise.
@@ -161,7 +196,8 @@ class BatchedIMPALAActor:
     self._network = network
     self._num_envs = num_envs
     self._adders = adders
-    self._variable_client = variable_client
+    self._variable_client = (_TolerantUpdates(variable_client)
+                             if variable_client else None)
     self._policy_version = policy_version
     self._rng = np.random.default_rng(seed)
     self._policy = tf.function(network.__call__)
@@ -169,6 +205,7 @@ class BatchedIMPALAActor:
     self._state = tree.map_structure(np.copy, self._zero_state)
     self._prev_state = None
     self._prev_logits = None
+    self._prev_version = None
 
   @property
   def num_envs(self) -> int:
@@ -181,6 +218,10 @@ class BatchedIMPALAActor:
     (logits, _), new_state = self._policy(batched, self._state)
     self._prev_logits = logits.numpy()
     self._prev_state = self._state
+    if self._policy_version is not None:
+      # Read once per batched step, not once per environment.
+      self._prev_version = np.asarray(self._policy_version.numpy(),
+                                      dtype=np.int64)
     # np.array copies: rows are reset in place at episode starts.
     self._state = tree.map_structure(np.array, new_state)
     return sample_categorical(self._rng, self._prev_logits)
@@ -202,8 +243,7 @@ class BatchedIMPALAActor:
                                          self._prev_state),
     }
     if self._policy_version is not None:
-      extras['policy_version'] = np.asarray(
-          self._policy_version.numpy(), dtype=np.int64)
+      extras['policy_version'] = self._prev_version
     self._adders[index].add(np.asarray(action, dtype=np.int32),
                             next_timestep, extras)
 

@@ -35,6 +35,7 @@ import tree
 from acme_impala import acting
 from acme_impala import config as config_lib
 from acme_impala import losses
+from acme_impala import vtrace
 
 
 def _learning_rate(base: float, step: tf.Tensor,
@@ -84,6 +85,9 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         momentum=config.rmsprop_momentum,
         epsilon=config.rmsprop_epsilon)
     self._variables = network.trainable_variables
+    # Create the optimiser's slots now rather than in the first traced step,
+    # so that a checkpoint restored before that step restores them as well.
+    self._optimizer._initialize(self._variables)  # pylint: disable=protected-access
     self._max_grad_norm = (config.max_gradient_norm
                            if config.max_gradient_norm is not None else 1e10)
 
@@ -100,7 +104,11 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     apply_fn = self._apply_gradients
     mode = config.compile_mode
     if mode == 'vtrace_and_optimizer':
-      loss_fn = tf.function(loss_fn, jit_compile=True)
+      # V-trace gets no gradient (its targets are constants of the loss), so
+      # its compiled function is called, never differentiated through; the
+      # optimiser update runs outside the tape.
+      loss_fn = functools.partial(loss_fn, vtrace_fn=tf.function(
+          vtrace.vtrace_from_importance_weights, jit_compile=True))
       apply_fn = tf.function(apply_fn, jit_compile=True)
     self._loss_fn = loss_fn
     self._apply_fn = apply_fn
@@ -108,17 +116,6 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
 
     self._compile_time = None
     self._trace_time = 0.
-    element_spec = getattr(iterator, 'element_spec', None)
-    if element_spec is not None:
-      # Trace now (seconds for the unrolled LSTM and its gradient) rather
-      # than at the first batch, so a program's learner is ready before its
-      # actors get their first weights.
-      start = time.time()
-      spec = (element_spec.data
-              if isinstance(element_spec, reverb.ReplaySample)
-              else element_spec)
-      self._step_fn.get_concrete_function(spec)
-      self._trace_time = time.time() - start
     self._last_time = None
     self._wait_time = 0.
     self._busy_time = 0.
@@ -164,6 +161,8 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     metrics = dict(metrics)
     metrics['grad_norm'] = grad_norm
     metrics['learning_rate'] = lr
+    metrics['policy_lag_mean'] = tf.constant(float('nan'))
+    metrics['policy_lag_max'] = tf.constant(float('nan'))
     if 'policy_version' in extras:
       # Learner steps between the weights that acted and these weights.
       # Dummy steps carry version 0: take the oldest real step's version.
@@ -199,8 +198,13 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     counts = self._counter.increment(steps=1, walltime=elapsed)
     metrics = {k: float(v) for k, v in metrics.items()}
     total = self._wait_time + self._busy_time
-    metrics.update(counts)
+    # Only the counts this learner's rows are about: a fixed set of columns.
+    metrics['actor_steps'] = counts.get('actor_steps', 0)
+    # The learner's own (checkpointed) step is authoritative: the shared
+    # counter is only eventually consistent across restarts.
+    metrics['learner_steps'] = int(self._num_steps.numpy())
     metrics['compile_time_s'] = self._compile_time
+    metrics['timestamp'] = end
     metrics['steps_per_second'] = 1. / elapsed if elapsed > 0 else 0.
     metrics['samples_per_second'] = metrics['steps_per_second'] * (
         self._config.batch_size)

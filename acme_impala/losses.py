@@ -119,6 +119,7 @@ def impala_loss(
     off_policy_correction: str = 'vtrace',
     relevance_mask=None,
     entropy_mask=None,
+    vtrace_fn=None,
 ) -> Tuple[tf.Tensor, Dict[str, tf.Tensor]]:
   r"""IMPALA actor-critic loss for a categorical policy.
 
@@ -198,6 +199,8 @@ def impala_loss(
     off_policy_correction: one of `OFF_POLICY_CORRECTIONS`.
     relevance_mask: optional `[T, B]` 0/1 LASER trust-region mask.
     entropy_mask: optional `[T, B]` or `[B]` 0/1 mask for the entropy term.
+    vtrace_fn: optional replacement for `vtrace.vtrace_from_importance_weights`
+      with the same signature, e.g. a `tf.function(jit_compile=True)` of it.
 
   Returns:
     `(loss, metrics)`: scalar loss and a dict of scalar tensors:
@@ -263,13 +266,18 @@ def impala_loss(
         behaviour_logits, actions)
     log_rhos = tf.stop_gradient(target_log_probs) - behaviour_log_probs
 
+    # V-trace targets are constants of the loss: its inputs are stopped
+    # too, so a compiled `vtrace_fn` is never differentiated through.
+    vtrace_fn = vtrace_fn or vtrace.vtrace_from_importance_weights
+    stopped_values = tf.stop_gradient(values)
+    stopped_bootstrap = tf.stop_gradient(bootstrap_value)
     if off_policy_correction == 'vtrace':
-      vtrace_returns = vtrace.vtrace_from_importance_weights(
+      vtrace_returns = vtrace_fn(
           log_rhos=log_rhos,
           discounts=discounts,
           rewards=rewards,
-          values=values,
-          bootstrap_value=bootstrap_value,
+          values=stopped_values,
+          bootstrap_value=stopped_bootstrap,
           clip_rho_threshold=clip_rho_threshold,
           clip_c_threshold=clip_c_threshold,
           clip_pg_rho_threshold=clip_pg_rho_threshold,
@@ -280,12 +288,12 @@ def impala_loss(
     else:
       # Uncorrected targets: V-trace with all ratios equal to one and no
       # clipping reduces to n-step (lambda-)returns, eq. (2).
-      vs = vtrace.vtrace_from_importance_weights(
+      vs = vtrace_fn(
           log_rhos=tf.zeros_like(log_rhos),
           discounts=discounts,
           rewards=rewards,
-          values=values,
-          bootstrap_value=bootstrap_value,
+          values=stopped_values,
+          bootstrap_value=stopped_bootstrap,
           clip_rho_threshold=None,
           clip_c_threshold=None,
           clip_pg_rho_threshold=None,

@@ -26,4 +26,8 @@ def get_config() -> config_lib.IMPALAConfig:
       rmsprop_epsilon=1e-5,
       rmsprop_momentum=0.0,
       max_gradient_norm=40.0,
+      # One batched policy call per step for 8 environments per actor.
+      envs_per_actor=8,
+      # A short queue bounds policy lag; actors block when it is full.
+      max_queue_size=128,
   )

@@ -1,0 +1,105 @@
+"""Stop and failure protocol for the Launchpad program.
+
+Launchpad 0.5.2's local_mp launcher does not notice a node that fails (its
+processes run behind an output-decorating proxy whose exit status is lost),
+so the program would hang. Every node therefore runs its work through
+`run_guarded`: an exception outside shutdown is written to the run's status
+directory (naming the node and the error) and the whole program is stopped;
+the launcher reads the status directory once all nodes are down and exits
+non-zero with that message.
+
+Errors raised while the program is already stopping (a Reverb server going
+away under a blocked writer or dataset) are part of a normal shutdown.
+"""
+
+import glob
+import os
+import threading
+import traceback
+from typing import Callable, List, Optional
+
+from absl import logging
+import launchpad as lp
+
+_FAILURE_PREFIX = 'FAILED-'
+# Fault injection for the lifecycle tests: the node whose label equals this
+# environment variable raises at start, as a crashing node would.
+INJECT_FAILURE_ENV = 'ACME_IMPALA_INJECT_FAILURE'
+
+
+class InjectedFailure(RuntimeError):
+  """Raised by the node named in $ACME_IMPALA_INJECT_FAILURE."""
+
+
+_STOPPING = threading.Event()
+
+
+def _on_stop():
+  _STOPPING.set()
+
+
+def stop_requested() -> bool:
+  """True once this program has been asked to stop (any launch type)."""
+  if _STOPPING.is_set():
+    return True
+  try:
+    return lp.wait_for_stop(0)
+  except Exception:  # pylint: disable=broad-except
+    # Outside a Launchpad worker there is no worker manager: never stopping.
+    return False
+
+
+def report_failure(status_dir: str, label: str, error: BaseException) -> str:
+  """Writes `<status_dir>/FAILED-<label>` and returns the one-line message."""
+  message = f'node {label!r} failed: {type(error).__name__}: {error}'
+  os.makedirs(status_dir, exist_ok=True)
+  path = os.path.join(status_dir, _FAILURE_PREFIX + label)
+  with open(path, 'w') as f:
+    f.write(message + '\n\n')
+    f.write(''.join(traceback.format_exception(
+        type(error), error, error.__traceback__)))
+  return message
+
+
+def read_failures(status_dir: str) -> List[str]:
+  """One-line messages of the nodes that failed, oldest first."""
+  paths = sorted(glob.glob(os.path.join(status_dir, _FAILURE_PREFIX + '*')),
+                 key=os.path.getmtime)
+  messages = []
+  for path in paths:
+    with open(path) as f:
+      messages.append(f.readline().strip())
+  return messages
+
+
+def clear_failures(status_dir: str) -> None:
+  for path in glob.glob(os.path.join(status_dir, _FAILURE_PREFIX + '*')):
+    os.remove(path)
+
+
+def run_guarded(label: str, status_dir: Optional[str],
+                fn: Callable[[], None]) -> None:
+  """Runs a node's main loop; a failure stops the program and is recorded."""
+  # In thread-based launches lp.wait_for_stop is per-thread state; the stop
+  # handler is process-wide, so shutdown errors are never taken for failures.
+  lp.register_stop_handler(_on_stop)
+  try:
+    if os.environ.get(INJECT_FAILURE_ENV) == label:
+      raise InjectedFailure(f'failure injected into {label!r} through '
+                            f'${INJECT_FAILURE_ENV}')
+    fn()
+  except SystemExit:
+    # Acme's runtime_terminator stops loops this way.
+    pass
+  except BaseException as error:  # pylint: disable=broad-except
+    if stop_requested():
+      logging.info('%s: ignoring %s raised during shutdown: %s', label,
+                   type(error).__name__, error)
+      return
+    message = f'node {label!r} failed: {type(error).__name__}: {error}'
+    if status_dir:
+      message = report_failure(status_dir, label, error)
+    logging.error('%s\n%s', message, traceback.format_exc())
+    lp.stop()
+    return
+  logging.info('%s: finished.', label)

@@ -1,0 +1,353 @@
+"""Learner throughput: acme_impala.IMPALALearner vs Acme 0.4.0's TF learner.
+
+Run as `python benchmarks/learner_bench.py [--quick]`. For each network
+
+  * MLP+LSTM(64) on CartPole-v1 (network='mlp_lstm'),
+  * the paper's shallow net + LSTM(256) on ALE/Pong-v5 (network='shallow'),
+
+both with unroll_length=20 (items of 21 steps) and batch_size=32, it times
+`step()` of
+
+  * our IMPALALearner in each compile mode ('vtrace_and_optimizer', 'full',
+    'none', see config.py);
+  * Acme 0.4.0's own `acme.agents.tf.impala.learning.IMPALALearner` on a
+    fresh instance of the same network (same class, config and initial
+    weights),
+
+and prints a Markdown table of the first-step (trace + compile) time, the
+median step time, the samples per second (trajectories/s = batch_size x
+updates/s) and the ratio to Acme's learner.
+
+Why it is built this way:
+
+  * Only the update is measured. Every learner trains on the SAME batch, held
+    in memory and fed forever (an iterator for ours; for Acme's learner, which
+    takes a tf.data.Dataset, `Dataset.from_tensors(sample).repeat()`), so the
+    Reverb pipeline and actors play no part and all rows do identical work.
+  * The batch is real, not synthetic: our IMPALAActor, driven by
+    acme.EnvironmentLoop, fills a real Reverb queue (in-process server,
+    agent.queue_signature) and one batch is read with
+    acme.datasets.make_reverb_dataset, so dtypes, episode boundaries, dummy
+    steps and extras are those the learner sees in training.
+  * The machine is shared: timed repeats are interleaved across the learners
+    of a network (with the order rotated each round) so that background load
+    hits all rows alike, and the median over repeats is reported.
+  * Compilation is reported apart (first step) and never timed as
+    throughput; a throwaway learner step first pays TensorFlow's one-off
+    per-process start-up, so that it is not charged to whichever row happens
+    to compile first. XLA on the whole Atari step ('full') can take a minute on
+    CPU, so each first step runs under a time budget: a learner that exceeds
+    it is reported as such instead of hanging the benchmark.
+"""
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+import threading
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# pylint: disable=g-import-not-at-top
+import acme
+from acme import datasets
+from acme import specs
+from acme.agents.tf.impala import learning as acme_learning
+from acme.tf import utils as tf2_utils
+from acme.utils import counting
+from acme.utils import loggers
+from absl import logging as absl_logging
+import reverb
+import tensorflow as tf
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
+from acme_impala import acting
+from acme_impala import agent as agent_lib
+from acme_impala import config as config_lib
+from acme_impala import environments
+from acme_impala import learning
+from acme_impala import networks
+# pylint: enable=g-import-not-at-top
+
+_BATCH_SIZE = 32
+_UNROLL_LENGTH = 20
+_SEED = 0
+_ACME = 'Acme 0.4.0 TF IMPALALearner'
+
+# (label, config overrides, timing plan, quick timing plan). A plan is
+# (warm-up steps after the first, interleaved rounds, target seconds per
+# timed repeat): cheap CartPole steps are batched into repeats long enough
+# for the timer; an Atari step is long on its own, so one step per repeat
+# and few rounds keep the whole run within a few minutes.
+_NETWORKS = (
+    ('CartPole-v1, MLP+LSTM(64)',
+     dict(env_id='CartPole-v1', network='mlp_lstm', lstm_size=64),
+     (3, 9, 0.3), (1, 3, 0.05)),
+    ('ALE/Pong-v5, shallow+LSTM(256)',
+     dict(env_id='ALE/Pong-v5', network='shallow', lstm_size=256),
+     (2, 5, 0.0), (1, 2, 0.0)),
+)
+# Seconds allowed for one learner's first step (tracing + XLA compilation).
+_COMPILE_BUDGET_S = 120.
+_QUICK_COMPILE_BUDGET_S = 60.
+
+
+def _make_config(overrides) -> config_lib.IMPALAConfig:
+  return config_lib.IMPALAConfig(
+      unroll_length=_UNROLL_LENGTH, batch_size=_BATCH_SIZE, seed=_SEED,
+      **overrides)
+
+
+def _make_network(config, spec):
+  # Same seed for every instance: all learners start from the same weights,
+  # so they also follow comparable trajectories over the timed steps.
+  tf.random.set_seed(config.seed)
+  net = networks.make_network(config, spec.actions.num_values)
+  tf2_utils.create_variables(net, [spec.observations])
+  return net
+
+
+def _make_batch(config):
+  """One [B, T+1] ReplaySample read from a Reverb queue our actor filled."""
+  env = environments.make_environment(config.env_id, seed=config.seed)
+  spec = specs.make_environment_spec(env)
+  net = _make_network(config, spec)
+  table = reverb.Table.queue(
+      agent_lib.QUEUE_TABLE, max_size=10_000,
+      signature=agent_lib.queue_signature(spec, net, config))
+  server = reverb.Server([table], port=None)
+  address = f'localhost:{server.port}'
+  client = reverb.Client(address)
+  adder = agent_lib.make_sequence_adder(client, config)
+  # An untrained network: acting is random-ish, which is all a timing needs.
+  actor = acting.IMPALAActor(
+      net, adder, policy_version=tf.Variable(0, dtype=tf.int64),
+      seed=config.seed)
+  counter = counting.Counter()
+  loop = acme.EnvironmentLoop(env, actor, counter=counter,
+                              should_update=False,
+                              logger=loggers.NoOpLogger())
+  # An item every `unroll_length` steps, so a batch needs at least
+  # B * T + 1 steps; the loop always finishes the episode it is in.
+  while client.server_info()[agent_lib.QUEUE_TABLE].current_size < (
+      config.batch_size):
+    loop.run(num_steps=config.batch_size * config.unroll_length + 1)
+  num_steps = counter.get_counts()['steps']
+  dataset = datasets.make_reverb_dataset(
+      server_address=address, table=agent_lib.QUEUE_TABLE,
+      batch_size=config.batch_size, num_parallel_calls=1)
+  sample = next(iter(dataset))
+  del adder, dataset
+  server.stop()
+  env.close()
+  return sample, spec, num_steps
+
+
+def _make_learners(config, spec, sample):
+  """{row name: learner}, every learner on a fresh network and `sample`."""
+  learners = {}
+  for mode in config_lib.COMPILE_MODES:
+    cfg = config.replace(compile_mode=mode)
+    learners[f'ours, {mode}'] = learning.IMPALALearner(
+        _make_network(cfg, spec), itertools.repeat(sample), cfg,
+        logger=loggers.NoOpLogger())
+  # Acme's learner builds a Snapshotter that exports a SavedModel of the
+  # network to ~/acme on its first step (then hourly): file I/O, not the
+  # update, and outside this project, so it is replaced by a no-op here.
+  real_snapshotter = acme_learning.tf2_savers.Snapshotter
+  acme_learning.tf2_savers.Snapshotter = _NoOpSnapshotter
+  try:
+    learners[_ACME] = acme_learning.IMPALALearner(
+        environment_spec=spec,
+        network=_make_network(config, spec),
+        dataset=tf.data.Dataset.from_tensors(sample).repeat(),
+        # Our hyperparameters where Acme has them (it uses Adam, not
+        # RMSProp, and no episode-start resets: the work is close, not equal).
+        learning_rate=config.learning_rate,
+        discount=config.discount,
+        entropy_cost=config.entropy_cost,
+        baseline_cost=config.baseline_cost,
+        max_abs_reward=1.,
+        max_gradient_norm=config.max_gradient_norm,
+        logger=loggers.NoOpLogger())
+  finally:
+    acme_learning.tf2_savers.Snapshotter = real_snapshotter
+  return learners
+
+
+class _NoOpSnapshotter:
+
+  def __init__(self, *unused_args, **unused_kwargs):
+    pass
+
+  def save(self, force=False):
+    del force
+    return False
+
+
+def _warm_up_tensorflow(config, spec, sample):
+  """Runs one throwaway learner step; returns its time in seconds.
+
+  The first learner step of a process also pays one-off start-up costs (~5 s
+  measured here: first gradient graph, XLA initialisation...) that would
+  otherwise be added to the compile time of whichever learner came first.
+  """
+  start = time.perf_counter()
+  learning.IMPALALearner(
+      _make_network(config, spec), itertools.repeat(sample), config,
+      logger=loggers.NoOpLogger()).step()
+  return time.perf_counter() - start
+
+
+def _first_step(learner, budget_s):
+  """(seconds, None) for the first step, or (None, thread) past `budget_s`.
+
+  A running XLA compilation cannot be interrupted, so it runs in a daemon
+  thread that is abandoned if it outlives the budget.
+  """
+  result = {}
+
+  def run():
+    start = time.perf_counter()
+    try:
+      learner.step()
+      result['seconds'] = time.perf_counter() - start
+    except Exception as e:  # pylint: disable=broad-except
+      result['error'] = e
+
+  thread = threading.Thread(target=run, daemon=True)
+  thread.start()
+  thread.join(budget_s)
+  if thread.is_alive():
+    return None, thread
+  if 'error' in result:
+    raise result['error']
+  return result['seconds'], None
+
+
+def _time_steps(learner, num_steps):
+  start = time.perf_counter()
+  for _ in range(num_steps):
+    learner.step()
+  return (time.perf_counter() - start) / num_steps
+
+
+def _median_step_s(learners, warmup, rounds, target_s):
+  """Median seconds per step of each learner, repeats interleaved."""
+  steps_per_repeat = {}
+  for name, learner in learners.items():
+    for _ in range(warmup - 1):
+      learner.step()
+    one = _time_steps(learner, 1)
+    steps_per_repeat[name] = max(1, round(target_s / one))
+  samples = {name: [] for name in learners}
+  names = list(learners)
+  for r in range(rounds):
+    # Rotate the order so no learner always runs first or after the same one.
+    for name in names[r % len(names):] + names[:r % len(names)]:
+      samples[name].append(
+          _time_steps(learners[name], steps_per_repeat[name]))
+  return ({name: statistics.median(s) for name, s in samples.items()},
+          steps_per_repeat)
+
+
+def _bench_network(label, overrides, plan, budget_s, warm_up):
+  config = _make_config(overrides)
+  start = time.perf_counter()
+  sample, spec, env_steps = _make_batch(config)
+  fill_s = time.perf_counter() - start
+  warm_up_s = _warm_up_tensorflow(config, spec, sample) if warm_up else None
+  learners = _make_learners(config, spec, sample)
+
+  compile_s, abandoned = {}, []
+  for name in list(learners):
+    seconds, thread = _first_step(learners[name], budget_s)
+    if thread is not None:
+      abandoned.append(thread)
+      del learners[name]
+    compile_s[name] = seconds
+
+  warmup, rounds, target_s = plan
+  step_s, steps_per_repeat = _median_step_s(learners, warmup, rounds,
+                                            target_s)
+  background = any(t.is_alive() for t in abandoned)
+  return dict(label=label, config=config, compile_s=compile_s,
+              step_s=step_s, steps_per_repeat=steps_per_repeat,
+              rounds=rounds, warmup=warmup, fill_s=fill_s,
+              env_steps=env_steps, warm_up_s=warm_up_s, abandoned=abandoned,
+              timed_with_background_compile=background,
+              shape=tuple(sample.data.action.shape))
+
+
+def _print_report(results, budget_s, total_s):
+  print(f'TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s); '
+        f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH} '
+        f'(items of {_UNROLL_LENGTH + 1} steps); the same in-memory batch '
+        'for every learner.\n')
+  print('| network | learner | compile / first step (s) | median step (ms) '
+        '| samples/s | vs Acme |')
+  print('|---|---|---:|---:|---:|---:|')
+  for res in results:
+    acme_s = res['step_s'].get(_ACME)
+    for name, first in res['compile_s'].items():
+      if first is None:
+        print(f'| {res["label"]} | {name} | > {budget_s:.0f} (over budget) '
+              '| not timed | - | - |')
+        continue
+      step = res['step_s'][name]
+      ratio = f'{acme_s / step:.2f}x' if acme_s else '-'
+      print(f'| {res["label"]} | {name} | {first:.1f} | {step * 1e3:.1f} '
+            f'| {_BATCH_SIZE / step:.0f} | {ratio} |')
+  print()
+  for res in results:
+    ours = {n: s for n, s in res['step_s'].items() if n.startswith('ours')}
+    if not ours:
+      print(f'No mode of ours finished compiling on {res["label"]}.')
+      continue
+    best = min(ours, key=ours.get)
+    print(f'Fastest of our modes on {res["label"]}: '
+          f'{best.split(", ", 1)[1]} ({_BATCH_SIZE / ours[best]:.0f} '
+          'samples/s).')
+  print()
+  for res in results:
+    repeats = ', '.join(f'{n.split(", ")[-1]}: {k}'
+                        for n, k in res['steps_per_repeat'].items())
+    print(f'{res["label"]}: batch {list(res["shape"])} from '
+          f'{res["env_steps"]} actor steps ({res["fill_s"]:.1f} s); '
+          f'{res["warmup"]} warm-up step(s), median of {res["rounds"]} '
+          f'interleaved repeats (steps per repeat: {repeats}).')
+    if res['warm_up_s'] is not None:
+      print(f'  Before it, a throwaway learner step paid TensorFlow\'s one-off '
+            f'start-up ({res["warm_up_s"]:.1f} s, not in the table).')
+    if res['timed_with_background_compile']:
+      print(f'  Note: an abandoned over-budget compilation was still running '
+            f'while {res["label"]} was timed; its timings are pessimistic.')
+  print(f'\nTotal benchmark time: {total_s:.1f} s')
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--quick', action='store_true',
+                      help='far fewer timed steps (a smoke run)')
+  args = parser.parse_args()
+  absl_logging.set_verbosity(absl_logging.ERROR)
+  tf.get_logger().setLevel('ERROR')
+
+  start = time.perf_counter()
+  budget_s = _QUICK_COMPILE_BUDGET_S if args.quick else _COMPILE_BUDGET_S
+  results = []
+  for i, (label, overrides, plan, quick_plan) in enumerate(_NETWORKS):
+    results.append(_bench_network(label, overrides,
+                                  quick_plan if args.quick else plan,
+                                  budget_s, warm_up=(i == 0)))
+  _print_report(results, budget_s, time.perf_counter() - start)
+  sys.stdout.flush()
+  if any(t.is_alive() for res in results for t in res['abandoned']):
+    # Do not wait for, or tear TF down under, an abandoned compilation.
+    os._exit(0)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,141 @@
+"""Throughput of the distributed program vs Acme 0.4.0's single-process IMPALA.
+
+For each (num_actors, envs_per_actor) it runs `programs/impala_lp.py`
+(local_mp, no evaluator) for a fixed actor-step budget and reads the
+learner's CSV: environment steps per second and learner samples per second
+over the steady state (after the learner's first step plus a warm-up), and
+the learner's queue-wait fraction (time blocked on an empty queue: > 0 means
+the learner keeps up with the actors; the queue itself is bounded by
+`max_queue_size`, which blocks actors when full). In the same run it measures
+Acme's own `acme.agents.tf.impala.IMPALA` agent on the same environment and
+the same network class, and prints a Markdown table with the ratio.
+
+  python benchmarks/throughput.py [--quick] [--env=CartPole-v1]
+"""
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+
+flags.DEFINE_bool('quick', False, 'Fewer settings and shorter runs.')
+flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
+flags.DEFINE_integer('steps_per_run', 120_000, 'Actor steps per program run.')
+flags.DEFINE_float('acme_seconds', 60., 'Seconds to run Acme\'s agent.')
+FLAGS = flags.FLAGS
+
+
+def _program_run(num_actors, envs_per_actor, steps, extra=()):
+  logdir = tempfile.mkdtemp(prefix='impala_tp_')
+  cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
+         '--lp_launch_type=local_mp', '--noevaluator',
+         f'--num_actors={num_actors}', f'--max_actor_steps={steps}',
+         f'--logdir={logdir}', f'--config.env_id={FLAGS.env}',
+         f'--config.envs_per_actor={envs_per_actor}'] + list(extra)
+  start = time.time()
+  proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True, timeout=900)
+  wall = time.time() - start
+  if proc.returncode != 0:
+    return dict(error=f'exit {proc.returncode}: {proc.stdout[-300:]}')
+  with open(os.path.join(logdir, 'logs', 'learner', 'logs.csv')) as f:
+    rows = [r for r in csv.DictReader(f)]
+  rows = [r for r in rows if r.get('actor_steps') and r.get('timestamp')]
+  if len(rows) < 4:
+    return dict(error=f'only {len(rows)} learner rows')
+  # Steady state: drop the first quarter of the learner's rows.
+  rows = rows[len(rows) // 4:]
+  first, last = rows[0], rows[-1]
+  dt = float(last['timestamp']) - float(first['timestamp'])
+  env_sps = (float(last['actor_steps']) - float(first['actor_steps'])) / dt
+  learner_steps = float(last['learner_steps']) - float(first['learner_steps'])
+  batch = int(float(last['samples_per_second']) /
+              max(float(last['steps_per_second']), 1e-9) + 0.5)
+  return dict(env_sps=env_sps, samples_sps=learner_steps * batch / dt,
+              wait=float(last['queue_wait_fraction']), wall=wall,
+              lag=float(last.get('policy_lag_mean') or 'nan'))
+
+
+def _acme_run(seconds):
+  """Acme 0.4.0's single-process TF IMPALA agent, our network class."""
+  import acme  # pylint: disable=g-import-not-at-top
+  from acme import specs  # pylint: disable=g-import-not-at-top
+  from acme.agents.tf import impala as acme_impala_agent  # pylint: disable=g-import-not-at-top
+  from acme.utils import loggers  # pylint: disable=g-import-not-at-top
+  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  from acme_impala import networks  # pylint: disable=g-import-not-at-top
+  import configs  # pylint: disable=g-import-not-at-top
+
+  config = configs.get_config('cartpole').replace(env_id=FLAGS.env)
+  env = environments.make_environment(FLAGS.env, seed=0)
+  spec = specs.make_environment_spec(env)
+  net = networks.make_network(config, spec.actions.num_values)
+  agent = acme_impala_agent.IMPALA(
+      environment_spec=spec, network=net,
+      sequence_length=config.sequence_length,
+      sequence_period=config.unroll_length,
+      batch_size=config.batch_size, learning_rate=config.learning_rate,
+      logger=loggers.NoOpLogger())
+  learner_steps = {'n': 0}
+  original_step = agent._learner.step  # pylint: disable=protected-access
+
+  def counted_step():
+    learner_steps['n'] += 1
+    original_step()
+  agent._learner.step = counted_step  # pylint: disable=protected-access
+  loop = acme.EnvironmentLoop(env, agent, logger=loggers.NoOpLogger())
+  loop.run_episode()  # Warm-up: tracing.
+  steps, start = 0, time.time()
+  learner_steps['n'] = 0
+  while time.time() - start < seconds:
+    steps += int(loop.run_episode()['episode_length'])
+  dt = time.time() - start
+  return dict(env_sps=steps / dt,
+              samples_sps=learner_steps['n'] * config.batch_size / dt,
+              wait=float('nan'), wall=dt, lag=0.)
+
+
+def main(argv):
+  del argv
+  if FLAGS.quick:
+    settings = [(1, 8), (2, 8)]
+    steps = 40_000
+  else:
+    settings = [(1, 1), (1, 8), (1, 16), (2, 8), (4, 8), (8, 8), (2, 16)]
+    steps = FLAGS.steps_per_run
+  print(f'Acme 0.4.0 single-process IMPALA on {FLAGS.env} '
+        f'({FLAGS.acme_seconds:.0f} s)...', flush=True)
+  acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
+  rows = []
+  for num_actors, k in settings:
+    print(f'program: {num_actors} actor(s) x {k} env(s)...', flush=True)
+    rows.append(((num_actors, k), _program_run(num_actors, k, steps)))
+
+  print(f'\nTensorFlow CPU, 2 cores; env {FLAGS.env}; batch 32 x unroll 20; '
+        f'{steps} actor steps per program run.\n')
+  print('| agent | actors x envs/actor | env steps/s | learner samples/s | '
+        'queue-wait fraction | policy lag (steps) | vs Acme env steps/s |')
+  print('|---|---|---:|---:|---:|---:|---:|')
+  base = acme_row['env_sps']
+  print(f"| Acme 0.4.0 IMPALA (single process) | 1 x 1 | "
+        f"{acme_row['env_sps']:.0f} | {acme_row['samples_sps']:.0f} | - | 0 |"
+        f" 1.0x |")
+  for (n, k), r in rows:
+    if 'error' in r:
+      print(f'| acme_impala local_mp | {n} x {k} | error: {r["error"]} |')
+      continue
+    print(f"| acme_impala local_mp | {n} x {k} | {r['env_sps']:.0f} | "
+          f"{r['samples_sps']:.0f} | {r['wait']:.2f} | {r['lag']:.1f} | "
+          f"{r['env_sps'] / base:.1f}x |")
+
+
+if __name__ == '__main__':
+  app.run(main)
