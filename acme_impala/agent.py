@@ -7,7 +7,7 @@ batch in the queue. Use it inside Acme's EnvironmentLoop like any Acme agent.
 The distributed agent (Launchpad) is built from the same components.
 """
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import acme
 from acme import datasets
@@ -41,7 +41,8 @@ def queue_signature(environment_spec: specs.EnvironmentSpec, network,
 
 
 def make_sequence_adder(client: reverb.Client,
-                        config: config_lib.IMPALAConfig
+                        config: config_lib.IMPALAConfig,
+                        tables: Optional[Sequence[str]] = None
                         ) -> adders.SequenceAdder:
   """Writes [T+1]-step items every T steps, across episode boundaries.
 
@@ -50,10 +51,12 @@ def make_sequence_adder(client: reverb.Client,
   through episode ends, as the paper's actors do (n steps regardless of
   episodes): no zero-padding, so no wasted learner compute on short episodes.
   """
+  tables = tables or [QUEUE_TABLE]
   return adders.SequenceAdder(
       client=client,
       sequence_length=config.sequence_length,
       period=config.unroll_length,
+      priority_fns={name: None for name in tables},
       end_of_episode_behavior=adders.EndBehavior.CONTINUE)
 
 

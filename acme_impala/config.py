@@ -87,6 +87,20 @@ class IMPALAConfig:
   # Trajectory queue (a Reverb FIFO table).
   max_queue_size: int = 1000
 
+  # LASER (Schmitt et al. 2019). replay_fraction f: each learner batch holds
+  # B*(1-f) online trajectories from the queue and B*f sampled uniformly
+  # from a replay table (FIFO removal, `replay_capacity` trajectories, no
+  # sampling before `min_replay_size`). 0 is plain IMPALA; 0.5 is IMPALA's
+  # replay experiment (section 5.2.2); 0.875 is LASER's 7 replayed per online.
+  replay_fraction: float = 0.0
+  replay_capacity: int = 10_000
+  min_replay_size: int = 100
+  # Trust region (LASER section 4.3): transitions whose KL(pi || implied
+  # policy) >= kl_threshold are masked out of every loss term. None: off.
+  kl_threshold: Optional[float] = None
+  # LASER computes the entropy bonus on online data only.
+  entropy_on_online_only: bool = False
+
   # Checkpoints of the learner and counter (distributed program).
   checkpoint_period_minutes: float = 5.0
 
@@ -131,6 +145,22 @@ class IMPALAConfig:
     _check_bool(self, 'anneal_learning_rate')
     _check_int(self, 'envs_per_actor', 1, 1024)
     _check_float(self, 'checkpoint_period_minutes', 0.0, None, open_low=True)
+    _check_float(self, 'replay_fraction', 0.0, 1.0)
+    replayed = self.batch_size * self.replay_fraction
+    if abs(replayed - round(replayed)) > 1e-9:
+      raise ConfigError(
+          f'IMPALAConfig.replay_fraction={self.replay_fraction!r} is invalid '
+          f'with batch_size={self.batch_size!r}: batch_size * replay_fraction '
+          f'= {replayed:g} must be a whole number of trajectories.')
+    _check_int(self, 'replay_capacity', 1, None)
+    _check_int(self, 'min_replay_size', 1, None)
+    if self.min_replay_size > self.replay_capacity:
+      raise ConfigError(
+          f'IMPALAConfig.min_replay_size={self.min_replay_size!r} must be <= '
+          f'replay_capacity={self.replay_capacity!r}.')
+    _check_float(self, 'kl_threshold', 0.0, None, allow_none=True,
+                 open_low=True)
+    _check_bool(self, 'entropy_on_online_only')
     _check_choice(self, 'compile_mode', COMPILE_MODES)
     _check_int(self, 'prefetch_size', 0, None)
     _check_int(self, 'variable_update_period', 1, None)
@@ -141,6 +171,16 @@ class IMPALAConfig:
           f'IMPALAConfig.max_queue_size={self.max_queue_size!r} must be >= '
           f'batch_size={self.batch_size!r}, or the learner can never fill a '
           'batch.')
+
+  @property
+  def num_replayed(self) -> int:
+    """Trajectories per learner batch sampled from replay: B * f."""
+    return int(round(self.batch_size * self.replay_fraction))
+
+  @property
+  def num_online(self) -> int:
+    """Trajectories per learner batch taken from the queue: B * (1 - f)."""
+    return self.batch_size - self.num_replayed
 
   @property
   def sequence_length(self) -> int:

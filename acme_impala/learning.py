@@ -35,6 +35,7 @@ import tree
 from acme_impala import acting
 from acme_impala import config as config_lib
 from acme_impala import losses
+from acme_impala import trust_region
 from acme_impala import vtrace
 
 
@@ -148,12 +149,28 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
                         cfg.lr_anneal_steps)
     self._lr.assign(lr)
 
+    # Rows [0, num_online) are online trajectories, the rest replayed
+    # (builder.MixedIterator); a plain dataset is all online when f = 0.
+    batch_size = tf.shape(actions)[1]
+    online = tf.cast(tf.range(batch_size) < cfg.num_online, tf.float32)  # [B]
+    entropy_mask = None
+    if cfg.entropy_on_online_only and cfg.num_online > 0:
+      entropy_mask = online
+
     with tf.GradientTape() as tape:
       (logits, values), _ = self._network.unroll(
           data.observation, core_state, start)
+      trust_mask = None
+      if cfg.kl_threshold is not None:
+        # LASER's trust region: drop transitions whose behaviour is too far
+        # from pi (KL to the V-trace implied policy >= b) from every term.
+        trust_mask = trust_region.relevance_mask(
+            logits[:-1], behaviour_logits, cfg.kl_threshold,
+            cfg.clip_rho_threshold)
       loss, metrics = self._loss_fn(
           logits[:-1], behaviour_logits, actions, rewards, discounts,
-          values[:-1], values[-1], mask=mask)
+          values[:-1], values[-1], mask=mask, relevance_mask=trust_mask,
+          entropy_mask=entropy_mask)
     gradients = tape.gradient(loss, self._variables)
     grad_norm = self._apply_fn(gradients)
     self._num_steps.assign_add(1)
@@ -161,18 +178,38 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     metrics = dict(metrics)
     metrics['grad_norm'] = grad_norm
     metrics['learning_rate'] = lr
-    metrics['policy_lag_mean'] = tf.constant(float('nan'))
-    metrics['policy_lag_max'] = tf.constant(float('nan'))
+    nan = tf.constant(float('nan'))
+
+    def masked_mean(x, weights):
+      total = tf.reduce_sum(weights)
+      return tf.where(total > 0, tf.reduce_sum(x * weights) /
+                      tf.maximum(total, 1.), nan)
+
+    replayed = 1. - online
+    rejected = (1. - trust_mask) if trust_mask is not None else tf.zeros_like(
+        mask)
+    metrics['rejected_fraction_online'] = masked_mean(rejected,
+                                                      mask * online)
+    metrics['rejected_fraction_replay'] = masked_mean(rejected,
+                                                      mask * replayed)
+    metrics['policy_lag_mean'] = nan
+    metrics['policy_lag_max'] = nan
+    metrics['replay_staleness_mean'] = nan
     if 'policy_version' in extras:
       # Learner steps between the weights that acted and these weights.
       # Dummy steps carry version 0: take the oldest real step's version.
       version = tf.cast(extras['policy_version'][:-1], tf.float32)
       version = tf.where(mask > 0, version, tf.float32.max)
       lag = tf.cast(self._num_steps - 1, tf.float32) - tf.reduce_min(
-          version, axis=0)
-      lag = tf.boolean_mask(lag, tf.reduce_any(mask > 0, axis=0))
-      metrics['policy_lag_mean'] = tf.reduce_mean(lag)
-      metrics['policy_lag_max'] = tf.reduce_max(lag)
+          version, axis=0)  # [B]
+      valid = tf.cast(tf.reduce_any(mask > 0, axis=0), tf.float32)
+      lag = tf.where(valid > 0, lag, 0.)
+      if cfg.num_online > 0:
+        metrics['policy_lag_mean'] = masked_mean(lag, valid * online)
+        metrics['policy_lag_max'] = tf.reduce_max(lag * valid * online)
+      if cfg.num_replayed > 0:
+        # How stale replayed data is: learner steps since it was written.
+        metrics['replay_staleness_mean'] = masked_mean(lag, valid * replayed)
     return metrics
 
   # -- acme.Learner. --------------------------------------------------------

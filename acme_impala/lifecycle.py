@@ -53,7 +53,7 @@ def report_failure(status_dir: str, label: str, error: BaseException) -> str:
   """Writes `<status_dir>/FAILED-<label>` and returns the one-line message."""
   message = f'node {label!r} failed: {type(error).__name__}: {error}'
   os.makedirs(status_dir, exist_ok=True)
-  path = os.path.join(status_dir, _FAILURE_PREFIX + label)
+  path = os.path.join(status_dir, _FAILURE_PREFIX + label.replace('/', '.'))
   with open(path, 'w') as f:
     f.write(message + '\n\n')
     f.write(''.join(traceback.format_exception(

@@ -45,6 +45,12 @@ class RunOptions:
   restore: bool = False
   evaluator: bool = True
   eval_interval_s: float = 2.0
+  # Agent name within a sweep ('' for a single agent): prefixes node labels,
+  # log directories and checkpoint subdirectories.
+  agent: str = ''
+
+  def label(self, name: str) -> str:
+    return f'{self.agent}/{name}' if self.agent else name
 
   @property
   def status_dir(self) -> str:
@@ -60,8 +66,8 @@ def derive_seed(*parts: int) -> int:
   return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
 
 
-def has_checkpoint(checkpoint_dir: str) -> bool:
-  learner_dir = os.path.join(checkpoint_dir, 'learner')
+def has_checkpoint(checkpoint_dir: str, agent: str = '') -> bool:
+  learner_dir = os.path.join(checkpoint_dir, agent, 'learner')
   return tf.train.latest_checkpoint(learner_dir) is not None
 
 
@@ -77,7 +83,7 @@ def validate_run(config: config_lib.IMPALAConfig, options: RunOptions) -> None:
                      'invalid: expected an integer >= 1.')
   if not options.logdir:
     raise ValueError('logdir must be a non-empty path.')
-  exists = has_checkpoint(options.checkpoint_dir)
+  exists = has_checkpoint(options.checkpoint_dir, options.agent)
   if options.restore and not exists:
     raise ValueError(f'restore=True but there is no learner checkpoint under '
                      f'{options.checkpoint_dir!r}; run without restore first.')
@@ -93,8 +99,8 @@ def _checkpointer(obj, key: str, options: RunOptions,
   # construction; validate_run makes sure one exists only with --restore.
   return tf2_savers.Checkpointer(
       objects_to_save={key: obj},
-      directory=options.logdir,  # Acme appends 'checkpoints/<key>'.
-      subdirectory=key,
+      directory=options.logdir,  # Acme appends 'checkpoints/<subdirectory>'.
+      subdirectory=options.label(key),
       time_delta_minutes=config.checkpoint_period_minutes,
       add_uid=False)
 
@@ -202,7 +208,8 @@ class CounterNode(counting.Counter):
           self._checkpointer.save()
       finally:
         self._checkpointer.save(force=True)
-    lifecycle.run_guarded('counter', self._options.status_dir, loop)
+    lifecycle.run_guarded(self._options.label('counter'),
+                          self._options.status_dir, loop)
 
 
 class LearnerNode:
@@ -223,7 +230,8 @@ class LearnerNode:
         network, iterator,
         counter=counting.Counter(counter, 'learner'),
         logger=loggers_lib.make_logger(
-            'learner', options.logdir, steps_key='learner_steps',
+            options.label('learner'), options.logdir,
+            steps_key='learner_steps',
             terminal_time_delta=5.0, csv_time_delta=1.0))
     # Checkpoint the TF state (network, optimiser, step), not the Python
     # object: Acme's Checkpointer would call Learner.save() otherwise.
@@ -248,7 +256,8 @@ class LearnerNode:
         self._checkpointer.save(force=True)
         logging.info('learner: checkpointed at learner step %d.',
                      self._learner.num_steps)
-    lifecycle.run_guarded('learner', self._options.status_dir, loop)
+    lifecycle.run_guarded(self._options.label('learner'),
+                          self._options.status_dir, loop)
 
 
 class ActorNode:
@@ -258,7 +267,7 @@ class ActorNode:
                variable_source: acme.VariableSource,
                counter: counting.Counter, actor_id: int, options: RunOptions):
     config = builder.config
-    self._label = f'actor_{actor_id}'
+    self._label = options.label(f'actor_{actor_id}')
     self._options = options
     k = config.envs_per_actor
     self._envs = [
@@ -322,7 +331,7 @@ class EvaluatorNode:
         network, None, variable_source, seed=derive_seed(config.seed, 4))
     self._counter = counter
     self._logger = loggers_lib.make_logger(
-        'evaluator', options.logdir, steps_key='actor_steps',
+        options.label('evaluator'), options.logdir, steps_key='actor_steps',
         terminal_time_delta=0.0)
 
   def _episode(self):
@@ -344,7 +353,8 @@ class EvaluatorNode:
     def loop():
       try:
         while not lp.wait_for_stop(0):
-          if not wait_for_variables(self._actor, 'evaluator'):
+          if not wait_for_variables(self._actor,
+                                    self._options.label('evaluator')):
             break
           result = self._episode()
           if result is None:
@@ -359,7 +369,8 @@ class EvaluatorNode:
       finally:
         self._logger.close()
         self._env.close()
-    lifecycle.run_guarded('evaluator', self._options.status_dir, loop)
+    lifecycle.run_guarded(self._options.label('evaluator'),
+                          self._options.status_dir, loop)
 
 
 class CoordinatorNode:
@@ -402,6 +413,12 @@ def make_program(config: config_lib.IMPALAConfig,
                        num_actors=num_actors, restore=restore,
                        evaluator=evaluator)
   validate_run(config, options)
+  if config.replay_fraction == 1.0:
+    logging.warning(
+        'replay_fraction=1: the learner sees no online data. LASER '
+        '(Schmitt et al. 2019, Proposition 2) shows that learning only from '
+        'replayed off-policy data with truncated importance weights can '
+        'converge to a wrong policy; expect degraded results.')
   if config.anneal_learning_rate and config.lr_anneal_steps is None:
     config = config.replace(lr_anneal_steps=max(
         1, max_actor_steps // (config.batch_size * config.unroll_length)))

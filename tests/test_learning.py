@@ -205,3 +205,45 @@ def test_our_learner_trains_on_items_from_acme_actor_and_adder():
   assert logger.rows[0]['clipped_rho_fraction'] == 0.
   del adder
   server.stop()
+
+
+def test_trust_region_rejects_off_policy_transitions(filled_queue):
+  """With a tiny KL threshold and a learner network unlike the actor's,
+  transitions are masked out and counted; without one, none are."""
+  server, spec, config = filled_queue
+  batch = _batches(server, 1)[0]
+  rejected = {}
+  for b in (None, 1e-6):
+    cfg = config.replace(kl_threshold=b)
+    logger = _ListLogger()
+    learner = learning.IMPALALearner(_network(cfg, spec, seed=7),
+                                     iter([batch]), cfg, logger=logger)
+    learner.step()
+    rejected[b] = logger.rows[0]['rejected_fraction_online']
+    assert np.isnan(logger.rows[0]['rejected_fraction_replay'])  # f = 0
+  assert rejected[None] == 0.
+  assert rejected[1e-6] > 0.5
+
+
+def test_entropy_on_online_rows_only(filled_queue):
+  """With f = 0.5 the second half of the batch is 'replayed': entropy is
+  then measured on the first half only."""
+  server, spec, config = filled_queue
+  batch = _batches(server, 1)[0]
+  entropies = {}
+  for online_only in (False, True):
+    cfg = config.replace(replay_fraction=0.5,
+                         entropy_on_online_only=online_only)
+    logger = _ListLogger()
+    learner = learning.IMPALALearner(_network(cfg, spec, seed=5),
+                                     iter([batch]), cfg, logger=logger)
+    learner.step()
+    entropies[online_only] = logger.rows[0]['entropy']
+  half = tf.nest.map_structure(lambda x: x[:B // 2], batch.data)
+  cfg = config.replace(replay_fraction=0.)
+  logger = _ListLogger()
+  learning.IMPALALearner(_network(cfg, spec, seed=5), iter([half]), cfg,
+                         logger=logger).step()
+  np.testing.assert_allclose(entropies[True], logger.rows[0]['entropy'],
+                             rtol=1e-5)
+  assert entropies[True] != entropies[False]

@@ -1,0 +1,91 @@
+"""A LASER sweep: K agents with different hyperparameters sharing one replay.
+
+  python programs/laser_sweep_lp.py --lp_launch_type=local_mp \\
+      --learning_rates=1e-3,2e-3 --entropy_costs=0.01 --max_actor_steps=200000
+  python programs/laser_sweep_lp.py --noshare_replay ...   # one replay each
+
+Every agent is the config named by --config with --config.<field> overrides,
+replay_fraction defaulting to LASER's 0.875, and one (learning rate,
+entropy cost) pair of the grid. Logs go under <logdir>/logs/agent_<i>/.
+"""
+
+import os
+import sys
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+  sys.path.insert(0, _ROOT)
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import launchpad as lp  # Defines --lp_launch_type and friends.
+
+from acme_impala import config_flags
+import configs
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('config', 'cartpole',
+                    f'Named config, one of {list(configs.CONFIG_NAMES)}.')
+flags.DEFINE_list('learning_rates', ['1e-3', '2e-3'], 'Swept learning rates.')
+flags.DEFINE_list('entropy_costs', ['0.01'], 'Swept entropy costs.')
+flags.DEFINE_bool('share_replay', True,
+                  'One replay table shared by all agents (else one each).')
+flags.DEFINE_integer('num_actors', 1, 'Actor processes per agent.')
+flags.DEFINE_integer('max_actor_steps', 100_000,
+                     'Environment steps per agent.')
+flags.DEFINE_string('logdir', None,
+                    'Logs and checkpoints; default runs/laser-<time>.')
+flags.DEFINE_bool('evaluator', True, 'Run an evaluator per agent.')
+
+
+def main(argv, overrides):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala import sweep  # pylint: disable=g-import-not-at-top
+  try:
+    base = configs.get_config(FLAGS.config)
+    overrides.setdefault('replay_fraction', 0.875)
+    base = base.replace(**overrides)
+    grid = sweep.sweep_configs(
+        base, [float(x) for x in FLAGS.learning_rates],
+        [float(x) for x in FLAGS.entropy_costs])
+    logdir = FLAGS.logdir or os.path.join(
+        _ROOT, 'runs', time.strftime('laser-%Y%m%d-%H%M%S'))
+    program = sweep.make_sweep_program(
+        grid, num_actors=FLAGS.num_actors,
+        max_actor_steps=FLAGS.max_actor_steps, logdir=logdir,
+        share_replay=FLAGS.share_replay, evaluator=FLAGS.evaluator)
+  except (ValueError, TypeError) as error:
+    print(f'laser_sweep_lp: error: {error}', file=sys.stderr)
+    return 2
+  for i, config in enumerate(grid):
+    print(f'laser_sweep_lp: agent_{i}: learning_rate={config.learning_rate} '
+          f'entropy_cost={config.entropy_cost} '
+          f'replay_fraction={config.replay_fraction} '
+          f'kl_threshold={config.kl_threshold}', flush=True)
+  print(f'laser_sweep_lp: logdir={logdir} share_replay={FLAGS.share_replay}',
+        flush=True)
+  return program_lib.launch_and_wait(program, logdir,
+                                     launch_type=FLAGS.lp_launch_type)
+
+
+def run():
+  argv, overrides_text = config_flags.split_config_overrides(sys.argv)
+  FLAGS.set_default('lp_launch_type', 'local_mp')
+  FLAGS.set_default('lp_termination_notice_secs', 30)
+
+  def _main(argv):
+    try:
+      overrides = config_flags.parse_overrides(overrides_text)
+    except ValueError as error:
+      print(f'laser_sweep_lp: error: {error}', file=sys.stderr)
+      sys.exit(2)
+    sys.exit(main(argv, overrides))
+
+  app.run(_main, argv=argv)
+
+
+if __name__ == '__main__':
+  run()
