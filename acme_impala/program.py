@@ -282,7 +282,7 @@ class ActorNode:
     self._counter = counting.Counter(counter, 'actor', time_delta=1.0)
     self._logger = loggers_lib.make_logger(
         self._label, options.logdir, steps_key='actor_steps',
-        terminal_time_delta=10.0, csv_time_delta=1.0)
+        terminal_time_delta=10.0, csv_time_delta=0.0)
 
   def _close_adders(self):
     for adder in self._adders:

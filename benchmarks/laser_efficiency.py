@@ -1,0 +1,141 @@
+"""Data efficiency: IMPALA vs IMPALA+replay vs LASER vs shared-replay sweeps.
+
+Runs, side by side in one invocation, on the same environment and budget of
+environment steps, for each seed:
+  - IMPALA (f = 0),
+  - IMPALA with replay (f = 0.5, IMPALA section 5.2.2),
+  - LASER (f = 0.875 with the trust region, kl_threshold = b),
+  - a 2-agent shared-replay sweep (learning rates x 1), with and without the
+    trust region (LASER section 5.4).
+Each is a real Launchpad program (`programs/*_lp.py`, local_mp). Training
+returns come from the actors' CSVs (evaluator off, to spend the 2 cores on
+learning). Reports env steps to reach the target 20-episode average and the
+final average, prints a Markdown table and writes one learning-curve PNG per
+setting under --outdir.
+
+  python benchmarks/laser_efficiency.py --seeds=0,1 --max_actor_steps=300000
+"""
+
+import csv
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import numpy as np
+
+flags.DEFINE_list('seeds', ['0', '1'], 'Seeds.')
+flags.DEFINE_integer('max_actor_steps', 300_000, 'Env steps per agent.')
+flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
+flags.DEFINE_float('target', 195., 'Target 20-episode average return.')
+flags.DEFINE_float('kl_threshold', 0.5, 'LASER trust-region threshold b.')
+flags.DEFINE_string('outdir', os.path.join(_ROOT, 'benchmarks', 'results'),
+                    'Where the PNG curves go.')
+FLAGS = flags.FLAGS
+
+
+def _settings():
+  b = f'--config.kl_threshold={FLAGS.kl_threshold}'
+  return [
+      ('IMPALA f=0', 'impala_lp.py', []),
+      ('IMPALA+replay f=0.5', 'impala_lp.py', ['--config.replay_fraction=0.5']),
+      ('LASER f=0.875 +TR', 'impala_lp.py',
+       ['--config.replay_fraction=0.875', b,
+        '--config.entropy_on_online_only=true']),
+      ('sweep shared f=0.875 +TR', 'laser_sweep_lp.py',
+       ['--learning_rates=1e-3,2e-3', '--entropy_costs=0.01', b,
+        '--config.entropy_on_online_only=true']),
+      ('sweep shared f=0.875 no TR', 'laser_sweep_lp.py',
+       ['--learning_rates=1e-3,2e-3', '--entropy_costs=0.01',
+        '--config.entropy_on_online_only=true']),
+  ]
+
+
+def _curves(logdir):
+  """{agent: sorted [(actor_steps, episode_return)]} from actor CSVs."""
+  curves = {}
+  for path in glob.glob(os.path.join(logdir, 'logs', '**', 'actor_*',
+                                     'logs.csv'), recursive=True):
+    agent = os.path.relpath(os.path.dirname(os.path.dirname(path)),
+                            os.path.join(logdir, 'logs'))
+    with open(path) as f:
+      for row in csv.DictReader(f):
+        try:
+          point = (float(row['actor_steps']), float(row['episode_return']))
+        except (KeyError, ValueError):
+          continue
+        if point[0] == point[0]:
+          curves.setdefault(agent, []).append(point)
+  return {k: sorted(v) for k, v in curves.items()}
+
+
+def _summary(points):
+  returns = np.array([r for _, r in points])
+  steps = np.array([s for s, _ in points])
+  reached = None
+  for i in range(20, len(returns) + 1):
+    if returns[i - 20:i].mean() >= FLAGS.target:
+      reached = steps[i - 1]
+      break
+  final = returns[-20:].mean() if len(returns) else float('nan')
+  return reached, final
+
+
+def main(argv):
+  del argv
+  os.makedirs(FLAGS.outdir, exist_ok=True)
+  results = {}
+  for seed in FLAGS.seeds:
+    for name, prog, args in _settings():
+      logdir = tempfile.mkdtemp(prefix='laser_eff_')
+      cmd = [sys.executable, os.path.join(_ROOT, 'programs', prog),
+             '--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
+             f'--max_actor_steps={FLAGS.max_actor_steps}',
+             f'--logdir={logdir}', f'--config.env_id={FLAGS.env}',
+             f'--config.seed={seed}'] + args
+      print(f'{name}, seed {seed}...', flush=True)
+      proc = subprocess.run(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, timeout=3600)
+      if proc.returncode != 0:
+        print(f'  failed ({proc.returncode}): {proc.stdout[-500:]}')
+        continue
+      for agent, points in _curves(logdir).items():
+        results.setdefault(name, []).append((seed, agent, points))
+
+  print(f'\n{FLAGS.env}, {FLAGS.max_actor_steps} env steps per agent, '
+        f'target: 20-episode average >= {FLAGS.target:g} (training episodes)\n')
+  print('| setting | seed | agent | env steps to target | final avg return |')
+  print('|---|---|---|---:|---:|')
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  for name, runs in results.items():
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for seed, agent, points in runs:
+      reached, final = _summary(points)
+      print(f'| {name} | {seed} | {agent} | '
+            f'{int(reached) if reached is not None else "not reached"} | '
+            f'{final:.1f} |')
+      steps = np.array([s for s, _ in points])
+      returns = np.array([r for _, r in points])
+      if len(returns) >= 20:
+        smooth = np.convolve(returns, np.ones(20) / 20, mode='valid')
+        ax.plot(steps[19:], smooth, label=f'seed {seed} {agent}')
+    ax.set_title(name)
+    ax.set_xlabel('environment steps')
+    ax.set_ylabel('episode return (20-ep. avg)')
+    ax.legend(fontsize=7)
+    fname = name.replace(' ', '_').replace('=', '').replace('+', 'plus')
+    fig.savefig(os.path.join(FLAGS.outdir, f'{fname}.png'), dpi=80,
+                bbox_inches='tight')
+    plt.close(fig)
+
+
+if __name__ == '__main__':
+  app.run(main)
