@@ -126,7 +126,8 @@ def main(argv):
       returns = np.array([r for _, r in points])
       if len(returns) >= 20:
         smooth = np.convolve(returns, np.ones(20) / 20, mode='valid')
-        ax.plot(steps[19:], smooth, label=f'seed {seed} {agent}')
+        label = f'seed {seed}' + ('' if agent == '.' else f' {agent}')
+        ax.plot(steps[19:], smooth, label=label)
     ax.set_title(name)
     ax.set_xlabel('environment steps')
     ax.set_ylabel('episode return (20-ep. avg)')
