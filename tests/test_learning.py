@@ -48,13 +48,17 @@ def _network(config, spec, seed=0):
 
 @pytest.fixture(scope='module')
 def filled_queue():
-  """A real Reverb queue filled by our actor: (server, spec, config)."""
+  """A real Reverb table filled by our actor: (server, spec, config)."""
   config = _config()
   env = environments.make_environment(config.env_id, seed=0)
   spec = specs.make_environment_spec(env)
   net = _network(config, spec)
-  table = reverb.Table.queue(
-      agent_lib.QUEUE_TABLE, max_size=10_000,
+  # Uniform sampling without removal: every test reads from the same items
+  # (a queue would be drained by the tests' reads and block the later ones).
+  table = reverb.Table(
+      agent_lib.QUEUE_TABLE, sampler=reverb.selectors.Uniform(),
+      remover=reverb.selectors.Fifo(), max_size=10_000,
+      rate_limiter=reverb.rate_limiters.MinSize(1),
       signature=agent_lib.queue_signature(spec, net, config))
   server = reverb.Server([table], port=None)
   client = reverb.Client(f'localhost:{server.port}')
