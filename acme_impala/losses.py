@@ -77,20 +77,8 @@ def clip_rewards(rewards, mode: str) -> tf.Tensor:
   return 0.3 * tf.minimum(squashed, 0.) + 5.0 * tf.maximum(squashed, 0.)
 
 
-def _check_rank(tensor: tf.Tensor, rank: int, arg_name: str,
-                expected_shape: str) -> None:
-  actual = tensor.shape.rank
-  if actual is not None and actual != rank:
-    raise ValueError(
-        f'`{arg_name}` must have rank {rank} (shape {expected_shape}), got '
-        f'rank {actual} with shape {tensor.shape}.')
-
-
-def _as_float(x, dtype: tf.DType) -> tf.Tensor:
-  # The hint keeps Python scalars exact in `dtype` instead of rounding them
-  # through float32 first.
-  x = tf.convert_to_tensor(x, dtype_hint=dtype)
-  return x if x.dtype == dtype else tf.cast(x, dtype)
+_check_rank = vtrace.check_rank
+_as_float = vtrace.as_float
 
 
 def _masked(x: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:

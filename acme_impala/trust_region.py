@@ -63,6 +63,8 @@ from typing import Optional, Tuple, Union
 
 import tensorflow as tf
 
+from acme_impala import vtrace
+
 Threshold = Optional[Union[float, tf.Tensor]]
 
 
@@ -80,11 +82,7 @@ def _check_rank(tensor: tf.Tensor, rank: int, arg_name: str,
         f'rank {actual} with shape {tensor.shape}.')
 
 
-def _as_float(x, dtype: tf.DType) -> tf.Tensor:
-  # The hint keeps Python scalars exact in `dtype` (no rounding through
-  # float32 when computing in float64); tensors keep theirs and are cast.
-  x = tf.convert_to_tensor(x, dtype_hint=dtype)
-  return x if x.dtype == dtype else tf.cast(x, dtype)
+_as_float = vtrace.as_float
 
 
 def _positive_scalar(x, arg_name: str, meaning: str,

@@ -73,6 +73,11 @@ def _as_float(x, dtype: tf.DType) -> tf.Tensor:
   return x if x.dtype == dtype else tf.cast(x, dtype)
 
 
+# Shared with losses.py and trust_region.py.
+check_rank = _check_rank
+as_float = _as_float
+
+
 def _scalar_or_none(x, arg_name: str, dtype: tf.DType) -> Optional[tf.Tensor]:
   if x is None:
     return None
