@@ -71,21 +71,5 @@ def main(argv, overrides):
                                      launch_type=FLAGS.lp_launch_type)
 
 
-def run():
-  argv, overrides_text = config_flags.split_config_overrides(sys.argv)
-  FLAGS.set_default('lp_launch_type', 'local_mp')
-  FLAGS.set_default('lp_termination_notice_secs', 30)
-
-  def _main(argv):
-    try:
-      overrides = config_flags.parse_overrides(overrides_text)
-    except ValueError as error:
-      print(f'laser_sweep_lp: error: {error}', file=sys.stderr)
-      sys.exit(2)
-    sys.exit(main(argv, overrides))
-
-  app.run(_main, argv=argv)
-
-
 if __name__ == '__main__':
-  run()
+  config_flags.run_program('laser_sweep_lp', main)
