@@ -24,6 +24,8 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
+from acme_impala import adders as adders_lib
+
 # Names under which IMPALALearner.get_variables serves its state.
 POLICY_VARIABLES = 'policy'
 LEARNER_STEPS = 'learner_steps'
@@ -174,10 +176,14 @@ def extras_spec(network: snt.RNNCore, num_actions: int,
 class BatchedIMPALAActor:
   """Acts in K environments with one policy call per step (batched inference).
 
-  Each environment keeps its own adder and its own row of the LSTM state, so
-  the items in Reverb are exactly those K single-environment IMPALAActors
-  would write; only the network call is shared, which amortises TF's
-  per-call cost (about 0.5 ms here) over K environments.
+  Each environment keeps its own row of the LSTM state and its own stream of
+  items, so the items in Reverb are exactly those K single-environment
+  IMPALAActors would write; only the network call is shared, which amortises
+  TF's per-call cost (about 0.5 ms here) over K environments.
+
+  Items are written either through one `adders_lib.BatchedTrajectoryAdder`
+  (`adder=`: each step is added as one [K, ...] batch, with no per-environment
+  Python work) or through any K Acme adders (`adders=`, one per environment).
   """
 
   def __init__(
@@ -187,15 +193,23 @@ class BatchedIMPALAActor:
       adders: Optional[Sequence[adders.Adder]] = None,
       variable_client: Optional[tf2_variable_utils.VariableClient] = None,
       *,
+      adder: Optional[adders_lib.BatchedTrajectoryAdder] = None,
       policy_version: Optional[tf.Variable] = None,
       seed: Optional[int] = None,
   ):
     if adders is not None and len(adders) != num_envs:
       raise ValueError(f'Got {len(adders)} adders for num_envs={num_envs}; '
                        'expected one adder per environment.')
+    if adders is not None and adder is not None:
+      raise ValueError('Pass either `adders` (one per environment) or one '
+                       'batched `adder`, not both.')
+    if adder is not None and adder.num_streams != num_envs:
+      raise ValueError(f'The batched adder has {adder.num_streams} streams '
+                       f'for num_envs={num_envs}; expected equal numbers.')
     self._network = network
     self._num_envs = num_envs
     self._adders = adders
+    self._batched_adder = adder
     self._variable_client = (_TolerantUpdates(variable_client)
                              if variable_client else None)
     self._policy_version = policy_version
@@ -203,6 +217,8 @@ class BatchedIMPALAActor:
     self._policy = tf.function(network.__call__)
     self._zero_state = tf2_utils.to_numpy(network.initial_state(num_envs))
     self._state = tree.map_structure(np.copy, self._zero_state)
+    self._starts = np.zeros(num_envs, bool)
+    self._prev_observations = None
     self._prev_state = None
     self._prev_logits = None
     self._prev_version = None
@@ -216,6 +232,7 @@ class BatchedIMPALAActor:
     """[K] actions for the K environments' current observations."""
     batched = tree.map_structure(lambda *xs: np.stack(xs), *observations)
     (logits, _), new_state = self._policy(batched, self._state)
+    self._prev_observations = batched
     self._prev_logits = logits.numpy()
     self._prev_state = self._state
     if self._policy_version is not None:
@@ -229,23 +246,60 @@ class BatchedIMPALAActor:
   def observe_first(self, index: int, timestep: dm_env.TimeStep):
     if self._adders:
       self._adders[index].add_first(timestep)
+    self._starts[index] = True
     for state, zero in zip(tree.flatten(self._state),
                            tree.flatten(self._zero_state)):
       state[index] = zero[index]
 
+  def _extras(self, index=None):
+    pick = (lambda x: x) if index is None else (lambda x: x[index])
+    extras = {'logits': pick(self._prev_logits),
+              'core_state': tree.map_structure(pick, self._prev_state)}
+    if self._policy_version is not None:
+      extras['policy_version'] = (
+          self._prev_version if index is not None else
+          np.full(self._num_envs, self._prev_version, np.int64))
+    return extras
+
   def observe(self, index: int, action: types.NestedArray,
               next_timestep: dm_env.TimeStep):
+    """Hands environment `index`'s step to its own Acme adder."""
+    if self._batched_adder is not None:
+      raise ValueError('With a batched adder, observe all K environments at '
+                       'once with observe_batch.')
     if not self._adders:
       return
-    extras = {
-        'logits': self._prev_logits[index],
-        'core_state': tree.map_structure(lambda s: s[index],
-                                         self._prev_state),
-    }
-    if self._policy_version is not None:
-      extras['policy_version'] = self._prev_version
     self._adders[index].add(np.asarray(action, dtype=np.int32),
-                            next_timestep, extras)
+                            next_timestep, self._extras(index))
+
+  def observe_batch(self, actions: np.ndarray,
+                    next_timesteps: Sequence[dm_env.TimeStep]):
+    """Records the K environments' steps after `select_actions`.
+
+    Call it before `observe_first` for environments that are reset.
+    """
+    if self._batched_adder is None:
+      for i, timestep in enumerate(next_timesteps):
+        self.observe(i, actions[i], timestep)
+      self._starts[:] = False
+      return
+    step = {
+        'observation': self._prev_observations,
+        'start_of_episode': self._starts.copy(),
+        'action': np.asarray(actions, dtype=np.int32),
+        'reward': np.stack([np.asarray(ts.reward) for ts in next_timesteps]),
+        'discount': np.stack([np.asarray(ts.discount)
+                              for ts in next_timesteps]),
+        'extras': self._extras(),
+    }
+    self._starts[:] = False
+    ended = [i for i, ts in enumerate(next_timesteps) if ts.last()]
+    terminal_observations = None
+    if ended:
+      terminal_observations = tree.map_structure(
+          lambda *xs: np.stack(xs),
+          *[next_timesteps[i].observation for i in ended])
+    self._batched_adder.add_batch(step, ended, terminal_observations)
 
   def update(self, wait: bool = False):
     if self._variable_client:

@@ -23,6 +23,7 @@ import reverb
 import tensorflow as tf
 
 from acme_impala import acting
+from acme_impala import adders as adders_lib
 from acme_impala import config as config_lib
 from acme_impala import learning
 from acme_impala import networks as networks_lib
@@ -43,15 +44,22 @@ def queue_signature(environment_spec: specs.EnvironmentSpec, network,
 def make_sequence_adder(client: reverb.Client,
                         config: config_lib.IMPALAConfig,
                         tables: Optional[Sequence[str]] = None
-                        ) -> adders.SequenceAdder:
+                        ) -> acme.adders.Adder:
   """Writes [T+1]-step items every T steps, across episode boundaries.
 
   Consecutive items overlap by one step so that every transition is learned
   from exactly once, with its bootstrap observation. CONTINUE keeps writing
   through episode ends, as the paper's actors do (n steps regardless of
   episodes): no zero-padding, so no wasted learner compute on short episodes.
+  `config.adder` picks our one-append-per-item TrajectoryAdder or Acme's
+  SequenceAdder; the items are the same.
   """
   tables = tables or [QUEUE_TABLE]
+  if config.adder == 'trajectory':
+    return adders_lib.TrajectoryAdder(
+        client, sequence_length=config.sequence_length,
+        period=config.unroll_length,
+        priority_fns={name: None for name in tables})
   return adders.SequenceAdder(
       client=client,
       sequence_length=config.sequence_length,

@@ -10,7 +10,6 @@ from typing import Iterator, List, Optional, Sequence
 
 from acme import core
 from acme import specs
-from acme.adders import reverb as adders
 from acme.tf import utils as tf2_utils
 from acme.utils import counting
 from acme.utils import loggers
@@ -19,6 +18,7 @@ import tensorflow as tf
 import tree
 
 from acme_impala import acting
+from acme_impala import adders as adders_lib
 from acme_impala import agent as agent_lib
 from acme_impala import config as config_lib
 from acme_impala import learning
@@ -154,16 +154,29 @@ class IMPALABuilder:
                                     cfg.num_replayed, timeout_ms)
     return MixedIterator(online, replay)
 
-  def make_adder(self, replay_client: reverb.Client) -> adders.SequenceAdder:
+  def make_adder(self, replay_client: reverb.Client, num_envs: int = 1):
     """Writes each trajectory once; the queue and replay items reference
-    the same data in Reverb (one item per table, no second copy)."""
+    the same data in Reverb (one item per table, no second copy).
+
+    With num_envs == 1, one Acme adder. With K > 1 environments per actor,
+    one BatchedTrajectoryAdder (config.adder == 'trajectory') or a list of
+    K Acme SequenceAdders ('acme_sequence'); both write the items of K
+    single-environment adders.
+    """
     tables = []
     if self.uses_queue:
       tables.append(self._queue_table)
     if self.uses_replay:
       tables.append(self._replay_table)
-    return agent_lib.make_sequence_adder(replay_client, self._config,
-                                         tables=tables)
+    cfg = self._config
+    if num_envs > 1 and cfg.adder == 'trajectory':
+      return adders_lib.BatchedTrajectoryAdder(
+          replay_client, num_envs, sequence_length=cfg.sequence_length,
+          period=cfg.unroll_length,
+          priority_fns={name: None for name in tables})
+    made = [agent_lib.make_sequence_adder(replay_client, cfg, tables=tables)
+            for _ in range(num_envs)]
+    return made[0] if num_envs == 1 else made
 
   def make_actor(
       self,
@@ -193,6 +206,10 @@ class IMPALABuilder:
         adder = adder[0]
       return acting.IMPALAActor(network, adder, client,
                                 policy_version=record, seed=seed)
+    if isinstance(adder_or_adders, adders_lib.BatchedTrajectoryAdder):
+      return acting.BatchedIMPALAActor(network, num_envs, None, client,
+                                       adder=adder_or_adders,
+                                       policy_version=record, seed=seed)
     return acting.BatchedIMPALAActor(network, num_envs, adder_or_adders,
                                      client, policy_version=record,
                                      seed=seed)

@@ -21,6 +21,11 @@ OFF_POLICY_CORRECTIONS = ('vtrace', 'one_step_is', 'epsilon', 'none')
 #   'full': the whole step (unroll, loss, gradients, optimiser) jit-compiled;
 #   'none': plain tf.function, no XLA.
 COMPILE_MODES = ('vtrace_and_optimizer', 'full', 'none')
+# How actors write trajectories (both write the same items, see adders.py):
+#   'trajectory': acme_impala.adders.TrajectoryAdder, one Reverb append per
+#       item (fast);
+#   'acme_sequence': Acme's SequenceAdder(CONTINUE), two appends per step.
+ADDERS = ('trajectory', 'acme_sequence')
 
 
 class ConfigError(ValueError):
@@ -83,6 +88,7 @@ class IMPALAConfig:
   envs_per_actor: int = 1
   variable_update_period: int = 1  # Actor steps between weight refreshes.
   record_policy_version: bool = True  # Adds extras['policy_version'].
+  adder: str = 'trajectory'
 
   # Trajectory queue (a Reverb FIFO table).
   max_queue_size: int = 1000
@@ -165,6 +171,7 @@ class IMPALAConfig:
     _check_int(self, 'prefetch_size', 0, None)
     _check_int(self, 'variable_update_period', 1, None)
     _check_bool(self, 'record_policy_version')
+    _check_choice(self, 'adder', ADDERS)
     _check_int(self, 'max_queue_size', 1, None)
     if self.max_queue_size < self.batch_size:
       raise ConfigError(

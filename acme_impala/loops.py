@@ -68,22 +68,22 @@ class BatchedEnvironmentLoop:
       actions = self._actor.select_actions(
           [ts.observation for ts in timesteps])
       for i, env in enumerate(self._envs):
-        ts = env.step(actions[i])
-        self._actor.observe(i, actions[i], ts)
+        timesteps[i] = env.step(actions[i])
+      self._actor.observe_batch(actions, timesteps)
+      for i, ts in enumerate(timesteps):
         returns[i] += ts.reward
         lengths[i] += 1
         if ts.last():
           episode = {'episode_return': float(returns[i]),
                      'episode_length': int(lengths[i])}
           returns[i], lengths[i] = 0., 0
-          ts = env.reset()
-          self._actor.observe_first(i, ts)
+          timesteps[i] = self._envs[i].reset()
+          self._actor.observe_first(i, timesteps[i])
           episode['steps_per_second'] = steps / max(time.time() - start,
                                                     1e-9)
           episode.update(counts)
           episode['actor_steps'] = counts.get('actor_steps', 0)
           self._logger.write(episode)
-        timesteps[i] = ts
       steps += k
       uncounted += k
       if self._should_update:

@@ -133,6 +133,9 @@ def close_adder(adder) -> None:
   80 s, past Launchpad's termination notice. Pending items are dropped, as
   they would be on any stop.
   """
+  if hasattr(adder, 'close'):
+    adder.close()  # TrajectoryAdder: closes without flushing.
+    return
   writer = getattr(adder, '_ReverbAdder__writer', None)
   if writer is not None:
     try:
@@ -275,9 +278,10 @@ class ActorNode:
             config.env_id, seed=derive_seed(config.seed, 1, actor_id, j))
         for j in range(k)]
     network = builder.make_network()
-    self._adders = [builder.make_adder(replay) for _ in range(k)]
+    made = builder.make_adder(replay, num_envs=k)
+    self._adders = made if isinstance(made, list) else [made]
     self._actor = builder.make_actor(
-        network, self._adders, variable_source,
+        network, made, variable_source,
         seed=derive_seed(config.seed, 2, actor_id), num_envs=k)
     self._counter = counting.Counter(counter, 'actor', time_delta=1.0)
     self._logger = loggers_lib.make_logger(

@@ -33,7 +33,7 @@ def _act(builder, env, server, version, steps):
   actor = builder.make_actor(net, adder, None, seed=version)
   actor._policy_version.assign(version)  # pylint: disable=protected-access
   acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=steps)
-  adder._writer.flush()  # pylint: disable=protected-access
+  adder.flush()
   return client
 
 

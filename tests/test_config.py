@@ -37,6 +37,7 @@ def test_defaults_and_named_configs_are_valid():
     ('loss_reduction', 'median', 'mean'),
     ('off_policy_correction', 'retrace', 'vtrace'),
     ('compile_mode', 'jit', 'vtrace_and_optimizer'),
+    ('adder', 'episode', 'trajectory'),
     ('lambda_', 1.1, r'\[0.0, 1.0\]'),
     ('clip_rho_threshold', 0.0, 'None'),
     ('mlp_hidden_sizes', (), 'positive integers'),

@@ -1,0 +1,223 @@
+"""TrajectoryAdder writes exactly the items of Acme's SequenceAdder(CONTINUE).
+
+Both adders see the same stream of timesteps (short random episodes, so that
+windows cross episode ends in every position) and write to real Reverb
+servers; the items are read back in FIFO order and compared array by array.
+"""
+
+from acme import specs
+from acme.adders import reverb as acme_adders
+import dm_env
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+
+from acme_impala import adders
+
+OBS_DIM, NUM_ACTIONS, STATE = 3, 2, 4
+
+
+def _env_spec():
+  return specs.EnvironmentSpec(
+      observations=specs.Array((OBS_DIM,), np.float32),
+      actions=specs.DiscreteArray(NUM_ACTIONS, dtype=np.int32),
+      rewards=specs.Array((), np.float32),
+      discounts=specs.BoundedArray((), np.float32, 0., 1.))
+
+
+def _extras_spec():
+  return {'logits': tf.TensorSpec([NUM_ACTIONS], tf.float32),
+          'core_state': (tf.TensorSpec([STATE], tf.float32),
+                         tf.TensorSpec([STATE], tf.float32))}
+
+
+def _stream(num_steps, seed):
+  """(kind, payload) events of a dm_env stream with random episode ends."""
+  rng = np.random.default_rng(seed)
+  events = []
+  obs = lambda: rng.normal(size=OBS_DIM).astype(np.float32)
+  events.append(('first', dm_env.restart(obs())))
+  for _ in range(num_steps):
+    action = np.int32(rng.integers(NUM_ACTIONS))
+    reward = np.float32(rng.normal())
+    extras = {'logits': rng.normal(size=NUM_ACTIONS).astype(np.float32),
+              'core_state': (rng.normal(size=STATE).astype(np.float32),
+                             rng.normal(size=STATE).astype(np.float32))}
+    u = rng.random()
+    if u < 0.15:
+      ts = dm_env.TimeStep(dm_env.StepType.LAST, reward, np.float32(0.),
+                           obs())
+    elif u < 0.2:
+      ts = dm_env.truncation(reward, obs(), discount=np.float32(1.))
+    else:
+      ts = dm_env.transition(reward, obs(), discount=np.float32(1.))
+    events.append(('add', (action, ts, extras)))
+    if ts.last():
+      events.append(('first', dm_env.restart(obs())))
+  return events
+
+
+def _run(make_adder, length, events, tables):
+  signature = acme_adders.SequenceAdder.signature(
+      _env_spec(), _extras_spec(), sequence_length=length)
+  server = reverb.Server(
+      [reverb.Table.queue(name, 100_000, signature=signature)
+       for name in tables], port=None)
+  client = reverb.Client(f'localhost:{server.port}')
+  adder = make_adder(client)
+  for kind, payload in events:
+    if kind == 'first':
+      adder.add_first(payload)
+    else:
+      adder.add(*payload)
+  if isinstance(adder, adders.TrajectoryAdder):
+    adder.close(timeout_ms=10_000)
+  else:
+    del adder
+  items = {}
+  for name in tables:
+    size = client.server_info()[name].current_size
+    items[name] = [sample.data for sample in client.sample(
+        name, num_samples=size, emit_timesteps=False,
+        unpack_as_table_signature=True)]
+  server.stop()
+  return items
+
+
+@pytest.mark.parametrize('length,period', [(11, 10), (6, 5), (4, 4), (5, 2),
+                                           (3, 1)])
+def test_items_equal_acme_sequence_adder(length, period):
+  events = _stream(400, seed=length * 10 + period)
+  tables = ('queue', 'replay')
+  fns = {name: None for name in tables}
+  ours = _run(lambda c: adders.TrajectoryAdder(c, length, period, fns),
+              length, events, tables)
+  acme = _run(lambda c: acme_adders.SequenceAdder(
+      c, sequence_length=length, period=period, priority_fns=fns,
+      end_of_episode_behavior=acme_adders.EndBehavior.CONTINUE),
+              length, events, tables)
+  for name in tables:
+    assert len(ours[name]) == len(acme[name]) > 400 // period - 2
+    for mine, theirs in zip(ours[name], acme[name]):
+      tf.nest.assert_same_structure(mine, theirs)
+      for a, b in zip(tf.nest.flatten(mine), tf.nest.flatten(theirs)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+  # Windows do cross episode ends (a start flag inside an item).
+  starts = np.stack([t.start_of_episode for t in ours['queue']])
+  assert starts[:, 1:].any()
+
+
+def test_priority_fn_sees_numpy_trajectory():
+  events = _stream(60, seed=3)
+  seen = []
+
+  def priority(trajectory):
+    seen.append(trajectory)
+    return float(trajectory.reward.sum() ** 2 + 1.)
+
+  _run(lambda c: adders.TrajectoryAdder(c, 6, 5, {'q': priority}), 6,
+       events, ('q',))
+  assert len(seen) >= 60 // 5 - 1
+  assert seen[0].observation.shape == (6, OBS_DIM)
+  assert isinstance(seen[0].reward, np.ndarray)
+
+
+def test_bad_arguments_raise():
+  with pytest.raises(ValueError, match='period=7'):
+    adders.TrajectoryAdder(None, 6, 7, {'q': None})
+  with pytest.raises(ValueError, match='priority_fns'):
+    adders.TrajectoryAdder(None, 6, 5, {})
+  adder = adders.TrajectoryAdder(None, 6, 5, {'q': None})
+  with pytest.raises(ValueError, match='add_first'):
+    adder.add(np.int32(0), dm_env.transition(np.float32(0), np.zeros(3)))
+  with pytest.raises(ValueError, match='step_type'):
+    adder.add_first(dm_env.transition(np.float32(0), np.zeros(3)))
+
+
+def _read(client, name):
+  size = client.server_info()[name].current_size
+  return [sample.data for sample in client.sample(
+      name, num_samples=size, emit_timesteps=False,
+      unpack_as_table_signature=True)]
+
+
+@pytest.mark.parametrize('length,period', [(11, 10), (4, 3)])
+def test_batched_adder_equals_k_acme_adders(length, period):
+  """K streams added as [K, ...] batches give each stream Acme's items."""
+  k, steps = 5, 120
+  rng = np.random.default_rng(length)
+  signature = acme_adders.SequenceAdder.signature(
+      _env_spec(), _extras_spec(), sequence_length=length)
+  server = reverb.Server(
+      [reverb.Table.queue(f'acme_{i}', 10_000, signature=signature)
+       for i in range(k)] +
+      [reverb.Table.queue('batched', 10_000, signature=signature)], port=None)
+  client = reverb.Client(f'localhost:{server.port}')
+  theirs = [acme_adders.SequenceAdder(
+      client, sequence_length=length, period=period,
+      priority_fns={f'acme_{i}': None},
+      end_of_episode_behavior=acme_adders.EndBehavior.CONTINUE)
+            for i in range(k)]
+  ours = adders.BatchedTrajectoryAdder(client, k, length, period,
+                                       {'batched': None})
+
+  def obs(i):
+    # Feature 0 names the stream, so items can be told apart when read.
+    return np.array([i, *rng.normal(size=OBS_DIM - 1)], np.float32)
+
+  current = [dm_env.restart(obs(i)) for i in range(k)]
+  starts = np.ones(k, bool)
+  for i in range(k):
+    theirs[i].add_first(current[i])
+  for _ in range(steps):
+    actions = rng.integers(NUM_ACTIONS, size=k).astype(np.int32)
+    extras = {'logits': rng.normal(size=(k, NUM_ACTIONS)).astype(np.float32),
+              'core_state': (rng.normal(size=(k, STATE)).astype(np.float32),
+                             rng.normal(size=(k, STATE)).astype(np.float32))}
+    nexts = []
+    for i in range(k):
+      reward = np.float32(rng.normal())
+      if rng.random() < 0.2:
+        nexts.append(dm_env.TimeStep(dm_env.StepType.LAST, reward,
+                                     np.float32(0.), obs(i)))
+      else:
+        nexts.append(dm_env.transition(reward, obs(i), np.float32(1.)))
+      theirs[i].add(actions[i], nexts[i],
+                    _row(extras, i))
+    step = {'observation': np.stack([ts.observation for ts in current]),
+            'start_of_episode': starts.copy(), 'action': actions,
+            'reward': np.stack([ts.reward for ts in nexts]),
+            'discount': np.stack([ts.discount for ts in nexts]),
+            'extras': extras}
+    ended = [i for i in range(k) if nexts[i].last()]
+    ours.add_batch(step, ended,
+                   np.stack([nexts[i].observation for i in ended])
+                   if ended else None)
+    starts[:] = False
+    for i in ended:
+      nexts[i] = dm_env.restart(obs(i))
+      theirs[i].add_first(nexts[i])
+      starts[i] = True
+    current = nexts
+  ours.close(timeout_ms=10_000)
+  for adder in theirs:
+    adder._ReverbAdder__writer.flush(0)  # pylint: disable=protected-access
+  batched = _read(client, 'batched')
+  total = 0
+  for i in range(k):
+    expected = _read(client, f'acme_{i}')
+    mine = [t for t in batched if t.observation[0, 0] == i]
+    assert len(mine) == len(expected) >= steps // period - 1
+    total += len(mine)
+    for a_item, b_item in zip(mine, expected):
+      for a, b in zip(tf.nest.flatten(a_item), tf.nest.flatten(b_item)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+  assert total == len(batched)
+  server.stop()
+
+
+def _row(nest, i):
+  return tf.nest.map_structure(lambda x: x[i], nest)
