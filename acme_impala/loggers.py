@@ -43,8 +43,14 @@ def make_logger(label: str,
                 logdir: Optional[str],
                 steps_key: Optional[str] = None,
                 terminal_time_delta: float = 5.0,
-                csv_time_delta: float = 0.0) -> loggers.Logger:
-  """Terminal (throttled), CSV and TensorBoard logging for one node."""
+                csv_time_delta: float = 0.0,
+                tensorboard_time_delta: float = 0.0) -> loggers.Logger:
+  """Terminal (throttled), CSV and TensorBoard logging for one node.
+
+  Each output has its own minimum interval between rows (0: every row).
+  Throttle TensorBoard on per-step writers: each row is one eager TF op per
+  column, which profiled at ~35% of a CartPole learner's time unthrottled.
+  """
   outputs = [loggers.TerminalLogger(label=label,
                                     time_delta=terminal_time_delta)]
   if logdir:
@@ -53,7 +59,10 @@ def make_logger(label: str,
         add_uid=False, flush_every=1)
     outputs.append(StableColumns(
         csv_logger, os.path.join(logdir, 'logs', label, 'logs.csv')))
-    outputs.append(tf_summary.TFSummaryLogger(
+    tensorboard = tf_summary.TFSummaryLogger(
         logdir=os.path.join(logdir, 'tensorboard'), label=label,
-        steps_key=steps_key))
+        steps_key=steps_key)
+    if tensorboard_time_delta > 0:
+      tensorboard = loggers.TimeFilter(tensorboard, tensorboard_time_delta)
+    outputs.append(tensorboard)
   return loggers.NoneFilter(loggers.Dispatcher(outputs))

@@ -235,7 +235,8 @@ class LearnerNode:
         logger=loggers_lib.make_logger(
             options.label('learner'), options.logdir,
             steps_key='learner_steps',
-            terminal_time_delta=5.0, csv_time_delta=1.0))
+            terminal_time_delta=5.0, csv_time_delta=1.0,
+            tensorboard_time_delta=1.0))
     # Checkpoint the TF state (network, optimiser, step), not the Python
     # object: Acme's Checkpointer would call Learner.save() otherwise.
     self._checkpointer = _checkpointer(self._learner.state, 'learner',
@@ -286,7 +287,8 @@ class ActorNode:
     self._counter = counting.Counter(counter, 'actor', time_delta=1.0)
     self._logger = loggers_lib.make_logger(
         self._label, options.logdir, steps_key='actor_steps',
-        terminal_time_delta=10.0, csv_time_delta=0.0)
+        terminal_time_delta=10.0, csv_time_delta=0.0,
+        tensorboard_time_delta=1.0)
 
   def _close_adders(self):
     for adder in self._adders:

@@ -84,10 +84,10 @@ _ACME = 'Acme 0.4.0 TF IMPALALearner'
 _NETWORKS = (
     ('CartPole-v1, MLP+LSTM(64)',
      dict(env_id='CartPole-v1', network='mlp_lstm', lstm_size=64),
-     (3, 9, 0.3), (1, 3, 0.05)),
+     (3, 15, 0.5), (1, 3, 0.05)),
     ('ALE/Pong-v5, shallow+LSTM(256)',
      dict(env_id='ALE/Pong-v5', network='shallow', lstm_size=256),
-     (2, 5, 0.0), (1, 2, 0.0)),
+     (2, 12, 1.0), (1, 2, 0.0)),
 )
 # Seconds allowed for one learner's first step (tracing + XLA compilation).
 _COMPILE_BUDGET_S = 120.

@@ -32,6 +32,11 @@ flags.DEFINE_bool('quick', False, 'Fewer settings and shorter runs.')
 flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
 flags.DEFINE_integer('steps_per_run', 80_000, 'Actor steps per program run.')
 flags.DEFINE_float('acme_seconds', 60., 'Seconds to run Acme\'s agent.')
+flags.DEFINE_list('settings', [], 'num_actors x envs_per_actor settings to '
+                  'run, e.g. 1x8,2x16 (default: a fixed sweep).')
+flags.DEFINE_list('program_flags', [], 'Extra flags for every program run, '
+                  'e.g. --config.batch_size=16.')
+flags.DEFINE_bool('skip_acme', False, 'Skip Acme\'s agent (no ratio column).')
 FLAGS = flags.FLAGS
 
 
@@ -113,19 +118,26 @@ def main(argv):
   else:
     settings = [(1, 1), (1, 8), (2, 8), (4, 8), (8, 8), (2, 16)]
     steps = FLAGS.steps_per_run
-  print(f'Acme 0.4.0 single-process IMPALA on {FLAGS.env} '
-        f'({FLAGS.acme_seconds:.0f} s)...', flush=True)
-  acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
+  if FLAGS.settings:
+    settings = [tuple(int(x) for x in s.split('x')) for s in FLAGS.settings]
+  if FLAGS.skip_acme:
+    acme_row = dict(env_sps=float('nan'), samples_sps=float('nan'))
+  else:
+    print(f'Acme 0.4.0 single-process IMPALA on {FLAGS.env} '
+          f'({FLAGS.acme_seconds:.0f} s)...', flush=True)
+    acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
   rows = []
   for num_actors, k in settings:
     print(f'program: {num_actors} actor(s) x {k} env(s)...', flush=True)
-    rows.append(((num_actors, k), _program_run(num_actors, k, steps)))
+    rows.append(((num_actors, k), _program_run(num_actors, k, steps,
+                                               FLAGS.program_flags)))
 
   import configs  # pylint: disable=g-import-not-at-top
   cfg = configs.get_config('cartpole')
   print(f'\nTensorFlow CPU, 2 cores; env {FLAGS.env}; cartpole config (batch '
         f'{cfg.batch_size} x unroll {cfg.unroll_length}, same network for '
-        f'both); {steps} actor steps per program run.\n')
+        f'both); {steps} actor steps per program run; program flags '
+        f'{FLAGS.program_flags or "none"}.\n')
   print('| agent | actors x envs/actor | env steps/s | learner samples/s | '
         'queue-wait fraction | policy lag (steps) | vs Acme env steps/s |')
   print('|---|---|---:|---:|---:|---:|---:|')
