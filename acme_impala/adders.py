@@ -296,3 +296,23 @@ class BatchedTrajectoryAdder:
       self.close(timeout_ms=10_000)
     except Exception:  # pylint: disable=broad-except
       pass
+
+
+def close_adder(adder) -> None:
+  """Closes an adder's Reverb writer without waiting for the server.
+
+  Works for these adders and Acme 0.4.0's. Acme's adder flushes in __del__
+  with a 10 s timeout; at shutdown the server may be gone, and 8 adders per
+  actor would then hold the process for 80 s, past Launchpad's termination
+  notice. Pending items are dropped, as they would be on any stop.
+  """
+  if isinstance(adder, (TrajectoryAdder, BatchedTrajectoryAdder)):
+    adder.close()
+    return
+  writer = getattr(adder, '_ReverbAdder__writer', None)
+  if writer is not None:
+    try:
+      writer.close()
+    except Exception:  # pylint: disable=broad-except
+      pass
+    adder._ReverbAdder__writer = None  # pylint: disable=protected-access

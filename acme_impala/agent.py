@@ -96,6 +96,7 @@ class IMPALA(acme.Actor):
 
     self._client = reverb.Client(address)
     adder = make_sequence_adder(self._client, config)
+    self._adder = adder
     dataset = datasets.make_reverb_dataset(
         server_address=address, table=QUEUE_TABLE,
         batch_size=config.batch_size, num_parallel_calls=1)
@@ -138,4 +139,7 @@ class IMPALA(acme.Actor):
       self._learner.step()
 
   def close(self):
+    # Close the writer first: once the server is gone, a writer's flush on
+    # deletion would wait out its timeout.
+    adders_lib.close_adder(self._adder)
     self._server.stop()

@@ -28,6 +28,7 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
+from acme_impala import adders as adders_lib
 from acme_impala import builder as builder_lib
 from acme_impala import config as config_lib
 from acme_impala import environments
@@ -123,26 +124,6 @@ def wait_for_variables(actor, label: str, timeout_s: float = 300.) -> bool:
       if time.time() > deadline:
         raise TimeoutError(f'{label}: the learner did not serve its variables '
                            f'within {timeout_s:.0f} s') from error
-
-
-def close_adder(adder) -> None:
-  """Closes an Acme Reverb adder's writer without waiting for the server.
-
-  Acme 0.4.0's adder flushes in __del__ with a 10 s timeout; at shutdown the
-  server may be gone, and 8 adders per actor would then hold the process for
-  80 s, past Launchpad's termination notice. Pending items are dropped, as
-  they would be on any stop.
-  """
-  if hasattr(adder, 'close'):
-    adder.close()  # TrajectoryAdder: closes without flushing.
-    return
-  writer = getattr(adder, '_ReverbAdder__writer', None)
-  if writer is not None:
-    try:
-      writer.close()
-    except Exception:  # pylint: disable=broad-except
-      pass
-    adder._ReverbAdder__writer = None  # pylint: disable=protected-access
 
 
 class BackgroundIterator:
@@ -292,7 +273,7 @@ class ActorNode:
 
   def _close_adders(self):
     for adder in self._adders:
-      close_adder(adder)
+      adders_lib.close_adder(adder)
 
   def run(self):
     # A writer blocked on a full queue (the learner has stopped) only returns

@@ -137,6 +137,24 @@ def main(argv):
                 bbox_inches='tight')
     plt.close(fig)
 
+  # Across seeds: how many reached the target, the median steps of those
+  # that did, and the final return's mean and spread.
+  print(f'\nAcross seeds ({len(FLAGS.seeds)}):\n')
+  print('| setting | agent | seeds reaching target | median env steps to '
+        'target (those reaching it) | final avg return, mean ± std |')
+  print('|---|---|---:|---:|---:|')
+  for name, runs in results.items():
+    by_agent = {}
+    for seed, agent, points in runs:
+      by_agent.setdefault(agent, []).append(_summary(points))
+    for agent, summaries in sorted(by_agent.items()):
+      reached = [r for r, _ in summaries if r is not None]
+      finals = np.array([f for _, f in summaries])
+      median = f'{int(np.median(reached))}' if reached else '-'
+      print(f'| {name} | {"-" if agent == "." else agent} | '
+            f'{len(reached)}/{len(summaries)} | {median} | '
+            f'{finals.mean():.1f} ± {finals.std():.1f} |')
+
 
 if __name__ == '__main__':
   app.run(main)

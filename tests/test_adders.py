@@ -221,3 +221,29 @@ def test_batched_adder_equals_k_acme_adders(length, period):
 
 def _row(nest, i):
   return tf.nest.map_structure(lambda x: x[i], nest)
+
+
+def test_close_adder_after_server_stop_drops_writer():
+  """Shutdown order of the nodes: the server may be gone before the adder."""
+  signature = acme_adders.SequenceAdder.signature(
+      _env_spec(), _extras_spec(), sequence_length=6)
+  server = reverb.Server([reverb.Table.queue('q', 100, signature=signature)],
+                         port=None)
+  client = reverb.Client(f'localhost:{server.port}')
+  ours = adders.TrajectoryAdder(client, 6, 5, {'q': None})
+  theirs = acme_adders.SequenceAdder(
+      client, sequence_length=6, period=5, priority_fns={'q': None},
+      end_of_episode_behavior=acme_adders.EndBehavior.CONTINUE)
+  for kind, payload in _stream(30, seed=5):
+    for adder in (ours, theirs):
+      if kind == 'first':
+        adder.add_first(payload)
+      else:
+        adder.add(*payload)
+  assert client.server_info()['q'].current_size > 0
+  server.stop()
+  for adder in (ours, theirs):
+    adders.close_adder(adder)
+    adders.close_adder(adder)  # A second close is a no-op.
+  assert ours._windows._writer is None  # pylint: disable=protected-access
+  assert theirs._ReverbAdder__writer is None  # pylint: disable=protected-access
