@@ -90,6 +90,10 @@ def _observation_spec_from_space(space: gymnasium.Space) -> specs.BoundedArray:
     # TF networks and Reverb tables in this project are float32; casting here keeps
     # every consumer of the spec consistent with what the environment emits.
     dtype = np.dtype(np.float32)
+  elif dtype == np.bool_:
+    # MinAtar's channels are bool: networks cast observations to float, which
+    # TF does from uint8 but not from bool.
+    dtype = np.dtype(np.uint8)
   return specs.BoundedArray(
       shape=space.shape,
       dtype=dtype,

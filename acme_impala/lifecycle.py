@@ -8,10 +8,15 @@ directory (naming the node and the error) and the whole program is stopped;
 the launcher reads the status directory once all nodes are down and exits
 non-zero with that message.
 
+A node can also fail while it is being constructed (before `run`): the
+program graph wraps every node's constructor in `guarded_constructor`, which
+records the failure and stops the program the same way.
+
 Errors raised while the program is already stopping (a Reverb server going
 away under a blocked writer or dataset) are part of a normal shutdown.
 """
 
+import functools
 import glob
 import os
 import threading
@@ -23,8 +28,11 @@ import launchpad as lp
 
 _FAILURE_PREFIX = 'FAILED-'
 # Fault injection for the lifecycle tests: the node whose label equals this
-# environment variable raises at start, as a crashing node would.
+# environment variable raises at start, as a crashing node would; with the
+# suffix ':construct' (e.g. 'actor_0:construct') it raises while the node is
+# being constructed instead.
 INJECT_FAILURE_ENV = 'ACME_IMPALA_INJECT_FAILURE'
+_CONSTRUCT_SUFFIX = ':construct'
 
 
 class InjectedFailure(RuntimeError):
@@ -103,3 +111,42 @@ def run_guarded(label: str, status_dir: Optional[str],
     lp.stop()
     return
   logging.info('%s: finished.', label)
+
+
+class _FailedNode:
+  """Stands in for a node whose construction failed; its run returns."""
+
+  def __init__(self, label: str):
+    self._label = label
+
+  def run(self):
+    logging.info('%s: not started (its construction failed).', self._label)
+
+
+def _construct(constructor, label, status_dir, *args, **kwargs):
+  try:
+    if os.environ.get(INJECT_FAILURE_ENV) == label + _CONSTRUCT_SUFFIX:
+      raise InjectedFailure(f'failure injected into the construction of '
+                            f'{label!r} through ${INJECT_FAILURE_ENV}')
+    return constructor(*args, **kwargs)
+  except Exception as error:  # pylint: disable=broad-except
+    message = f'node {label!r} failed: {type(error).__name__}: {error}'
+    if status_dir:
+      message = report_failure(status_dir, label, error)
+    logging.error('%s (while constructing the node)\n%s', message,
+                  traceback.format_exc())
+    # Launchpad would otherwise leave this worker in a post-mortem debugger
+    # and the rest of the program running without it.
+    lp.stop()
+    return _FailedNode(label)
+
+
+def guarded_constructor(constructor: Callable[..., object], label: str,
+                        status_dir: Optional[str]) -> Callable[..., object]:
+  """`constructor` for a Launchpad node; a failure stops the program.
+
+  The failure is recorded as run_guarded does (the launcher then exits
+  non-zero naming `label`), and the node is replaced by one whose `run`
+  returns at once.
+  """
+  return functools.partial(_construct, constructor, label, status_dir)

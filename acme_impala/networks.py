@@ -70,8 +70,11 @@ def deep_atari_torso() -> snt.Module:
 
 
 def mlp_torso(hidden_sizes: Sequence[int]) -> snt.Module:
-  """MLP for vector observations. Input [B, D]; output [B, hidden_sizes[-1]]."""
+  """MLP for vector observations. Input [B, ...] (flattened; any numeric
+  dtype, e.g. MinAtar's uint8 0/1 channels, cast to float32 unscaled);
+  output [B, hidden_sizes[-1]]."""
   return snt.Sequential([
+      lambda x: tf.cast(x, tf.float32),
       snt.Flatten(),
       snt.nets.MLP(list(hidden_sizes), activate_final=True),
   ])

@@ -11,6 +11,7 @@ signal or a failure (see lifecycle.py), with a final checkpoint.
 """
 
 import dataclasses
+import functools
 import os
 import queue
 import threading
@@ -414,17 +415,21 @@ def make_program(config: config_lib.IMPALAConfig,
   os.makedirs(options.logdir, exist_ok=True)
   lifecycle.clear_failures(options.status_dir)
   builder = builder_lib.IMPALABuilder(config, environment_spec)
+  guard = functools.partial(guarded_node, options=options)
 
   program = lp.Program(name='impala')
   with program.group('replay'):
     replay = program.add_node(lp.ReverbNode(builder.make_replay_tables))
   with program.group('counter'):
-    counter = program.add_node(lp.CourierNode(CounterNode, options, config))
+    counter = program.add_node(lp.CourierNode(
+        guard(CounterNode, 'counter'), options, config))
   with program.group('coordinator'):
-    program.add_node(lp.CourierNode(CoordinatorNode, counter, options))
+    program.add_node(lp.CourierNode(
+        guard(CoordinatorNode, 'coordinator'), counter, options))
   with program.group('learner'):
     learner = program.add_node(
-        lp.CourierNode(LearnerNode, builder, replay, counter, options))
+        lp.CourierNode(guard(LearnerNode, 'learner'), builder, replay,
+                       counter, options))
   # Calls to a node that has already stopped must fail, not hang: a stuck
   # call would outlive Launchpad's termination notice (10 s) and get the
   # whole program killed. The counter may still be starting when first
@@ -433,13 +438,20 @@ def make_program(config: config_lib.IMPALAConfig,
   counter.set_client_kwargs(call_timeout=5, wait_for_ready=True)
   with program.group('actor'):
     for i in range(num_actors):
-      program.add_node(lp.CourierNode(ActorNode, builder, replay, learner,
-                                      counter, i, options))
+      program.add_node(lp.CourierNode(guard(ActorNode, f'actor_{i}'),
+                                      builder, replay, learner, counter, i,
+                                      options))
   if evaluator:
     with program.group('evaluator'):
-      program.add_node(lp.CourierNode(EvaluatorNode, builder, learner,
-                                      counter, options))
+      program.add_node(lp.CourierNode(guard(EvaluatorNode, 'evaluator'),
+                                      builder, learner, counter, options))
   return program
+
+
+def guarded_node(constructor, key: str, options: RunOptions):
+  """A node constructor whose failure stops the program, naming the node."""
+  return lifecycle.guarded_constructor(constructor, options.label(key),
+                                       options.status_dir)
 
 
 def launch_and_wait(program: lp.Program, logdir: str,

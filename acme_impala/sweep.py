@@ -123,24 +123,32 @@ def make_sweep_program(configs: Sequence[config_lib.IMPALAConfig],
     name = f'agent_{i}'
     with program.group(f'{name}_counter'):
       counter = program.add_node(
-          lp.CourierNode(program_lib.CounterNode, opts, config))
+          lp.CourierNode(program_lib.guarded_node(
+              program_lib.CounterNode, 'counter', opts), opts, config))
     counter.set_client_kwargs(call_timeout=5, wait_for_ready=True)
     counters.append(counter)
     with program.group(f'{name}_learner'):
       learner = program.add_node(lp.CourierNode(
-          program_lib.LearnerNode, b, replays[i], counter, opts))
+          program_lib.guarded_node(program_lib.LearnerNode, 'learner', opts),
+          b, replays[i], counter, opts))
     learner.set_client_kwargs(call_timeout=5, wait_for_ready=False)
     with program.group(f'{name}_actor'):
       for j in range(num_actors):
         program.add_node(lp.CourierNode(
-            program_lib.ActorNode, b, replays[i], learner, counter, j, opts))
+            program_lib.guarded_node(program_lib.ActorNode, f'actor_{j}',
+                                     opts),
+            b, replays[i], learner, counter, j, opts))
     if evaluator:
       with program.group(f'{name}_evaluator'):
         program.add_node(lp.CourierNode(
-            program_lib.EvaluatorNode, b, learner, counter, opts))
+            program_lib.guarded_node(program_lib.EvaluatorNode, 'evaluator',
+                                     opts),
+            b, learner, counter, opts))
   with program.group('coordinator'):
-    program.add_node(lp.CourierNode(SweepCoordinator, counters,
-                                    max_actor_steps, options[0].status_dir))
+    program.add_node(lp.CourierNode(
+        lifecycle.guarded_constructor(SweepCoordinator, 'coordinator',
+                                      options[0].status_dir),
+        counters, max_actor_steps, options[0].status_dir))
   return program
 
 

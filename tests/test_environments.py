@@ -303,3 +303,33 @@ def test_atari_life_loss_ends_episode_in_training_only():
   _assert_float32_scalar(last.discount, 0.0)
   assert evaluation.last_info['lives'] == 0  # the whole game was one episode
   evaluation.close()
+
+
+class _BoolGridEnv(gymnasium.Env):
+  """MinAtar-like: a Box(bool) observation (MinAtar's channel layout)."""
+
+  observation_space = gymnasium.spaces.Box(
+      np.zeros((3, 3, 2), bool), np.ones((3, 3, 2), bool), dtype=bool)
+  action_space = gymnasium.spaces.Discrete(2)
+
+  def reset(self, *, seed=None, options=None):
+    super().reset(seed=seed)
+    grid = np.zeros((3, 3, 2), bool)
+    grid[1, 1, 0] = True
+    return grid, {}
+
+  def step(self, action):
+    grid = np.zeros((3, 3, 2), bool)
+    grid[0, action, 1] = True
+    return grid, 1.0, False, False, {}
+
+
+def test_bool_observations_become_uint8():
+  env = environments.GymnasiumToDMEnv(_BoolGridEnv(), seed=0)
+  spec = env.observation_spec()
+  assert spec.dtype == np.uint8 and spec.shape == (3, 3, 2)
+  assert spec.minimum == 0 and spec.maximum == 1
+  first = env.reset().observation
+  assert first.dtype == np.uint8 and first[1, 1, 0] == 1 and first.sum() == 1
+  step = env.step(1).observation
+  assert step.dtype == np.uint8 and step[0, 1, 1] == 1 and step.sum() == 1

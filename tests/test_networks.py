@@ -19,6 +19,7 @@ def _oar(obs, t_b):
 
 @pytest.mark.parametrize('name,obs_shape,dtype,lstm', [
     ('mlp_lstm', (4,), tf.float32, 32),
+    ('mlp_lstm', (10, 10, 4), tf.uint8, 32),  # MinAtar-like channels.
     ('shallow', (84, 84, 4), tf.uint8, 256),
     ('deep', (84, 84, 4), tf.uint8, 256),
 ])

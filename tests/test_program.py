@@ -140,6 +140,21 @@ def test_failing_node_stops_program_with_message(tmp_path):
   assert _session_processes(pid) == []
 
 
+@pytest.mark.parametrize('node', ['actor_0', 'learner'])
+def test_node_failing_in_construction_stops_program(tmp_path, node):
+  """A node that raises before it runs (e.g. in its environment's or
+  network's constructor) must not leave the rest of the program waiting."""
+  logdir = str(tmp_path / 'fail_construct')
+  rc, out, pid = _run(['--num_actors=1', '--max_actor_steps=1000000',
+                       '--noevaluator'], logdir, timeout=180, env_extra={
+                           lifecycle.INJECT_FAILURE_ENV: f'{node}:construct'})
+  assert rc == 1, out[-5000:]
+  assert f"node '{node}' failed: InjectedFailure" in out
+  assert 'construction' in out
+  time.sleep(1)
+  assert _session_processes(pid) == []
+
+
 def test_bad_config_fails_before_any_process(tmp_path):
   logdir = str(tmp_path / 'bad')
   rc, out, _ = _run(['--config.discount=2.0'], logdir, timeout=120)
