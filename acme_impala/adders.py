@@ -154,7 +154,27 @@ def _has_extras(extras) -> bool:
           else extras is not None)
 
 
-class TrajectoryAdder(adders.Adder):
+class _WindowsWriter:
+  """Writer life cycle shared by both adders (they own a `_windows`)."""
+
+  _windows: _Windows
+
+  def flush(self, timeout_ms: Optional[int] = None):
+    """Blocks until every item written so far is in its tables."""
+    self._windows.flush(timeout_ms)
+
+  def close(self, timeout_ms: Optional[int] = None):
+    """Closes the writer; with a timeout, first waits for pending items."""
+    self._windows.close(timeout_ms)
+
+  def __del__(self):
+    try:
+      self.close(timeout_ms=10_000)
+    except Exception:  # pylint: disable=broad-except
+      pass
+
+
+class TrajectoryAdder(_WindowsWriter, adders.Adder):
   """Writes Acme SequenceAdder(CONTINUE) items with one append per item."""
 
   def __init__(
@@ -219,22 +239,8 @@ class TrajectoryAdder(adders.Adder):
   def reset(self):
     """As Acme's CONTINUE adder: the stream runs on across episodes."""
 
-  def flush(self, timeout_ms: Optional[int] = None):
-    """Blocks until every item written so far is in its tables."""
-    self._windows.flush(timeout_ms)
 
-  def close(self, timeout_ms: Optional[int] = None):
-    """Closes the writer; with a timeout, first waits for pending items."""
-    self._windows.close(timeout_ms)
-
-  def __del__(self):
-    try:
-      self.close(timeout_ms=10_000)
-    except Exception:  # pylint: disable=broad-except
-      pass
-
-
-class BatchedTrajectoryAdder:
+class BatchedTrajectoryAdder(_WindowsWriter):
   """K TrajectoryAdder streams fed one [K, ...] step at a time."""
 
   def __init__(
@@ -277,25 +283,10 @@ class BatchedTrajectoryAdder:
     self._windows.push(step)
     if len(terminal_streams):  # pylint: disable=g-explicit-length-test
       streams = np.asarray(terminal_streams, np.int64)
-      rows = {key: value for key, value in step.items()
-              if key in ('action', 'reward', 'discount', 'extras',
-                         'start_of_episode')}
-      rows = tree.map_structure(lambda x: x[streams], rows)
-      rows['observation'] = terminal_observations
+      rows = tree.map_structure(
+          lambda x: x[streams],
+          {key: value for key, value in step.items() if key != 'observation'})
       self._windows.push(_terminal_step(rows, terminal_observations), streams)
-
-  def flush(self, timeout_ms: Optional[int] = None):
-    """Blocks until every item written so far is in its tables."""
-    self._windows.flush(timeout_ms)
-
-  def close(self, timeout_ms: Optional[int] = None):
-    self._windows.close(timeout_ms)
-
-  def __del__(self):
-    try:
-      self.close(timeout_ms=10_000)
-    except Exception:  # pylint: disable=broad-except
-      pass
 
 
 def close_adder(adder) -> None:
@@ -306,7 +297,7 @@ def close_adder(adder) -> None:
   actor would then hold the process for 80 s, past Launchpad's termination
   notice. Pending items are dropped, as they would be on any stop.
   """
-  if isinstance(adder, (TrajectoryAdder, BatchedTrajectoryAdder)):
+  if isinstance(adder, _WindowsWriter):
     adder.close()
     return
   writer = getattr(adder, '_ReverbAdder__writer', None)

@@ -85,6 +85,17 @@ def clear_failures(status_dir: str) -> None:
     os.remove(path)
 
 
+def _fail_program(label: str, status_dir: Optional[str], error: BaseException,
+                  context: str) -> None:
+  """Records `error` of node `label` (if there is a status dir), logs it and
+  stops the whole program."""
+  message = f'node {label!r} failed: {type(error).__name__}: {error}'
+  if status_dir:
+    message = report_failure(status_dir, label, error)
+  logging.error('%s%s\n%s', message, context, traceback.format_exc())
+  lp.stop()
+
+
 def run_guarded(label: str, status_dir: Optional[str],
                 fn: Callable[[], None]) -> None:
   """Runs a node's main loop; a failure stops the program and is recorded."""
@@ -104,11 +115,7 @@ def run_guarded(label: str, status_dir: Optional[str],
       logging.info('%s: ignoring %s raised during shutdown: %s', label,
                    type(error).__name__, error)
       return
-    message = f'node {label!r} failed: {type(error).__name__}: {error}'
-    if status_dir:
-      message = report_failure(status_dir, label, error)
-    logging.error('%s\n%s', message, traceback.format_exc())
-    lp.stop()
+    _fail_program(label, status_dir, error, '')
     return
   logging.info('%s: finished.', label)
 
@@ -130,14 +137,9 @@ def _construct(constructor, label, status_dir, *args, **kwargs):
                             f'{label!r} through ${INJECT_FAILURE_ENV}')
     return constructor(*args, **kwargs)
   except Exception as error:  # pylint: disable=broad-except
-    message = f'node {label!r} failed: {type(error).__name__}: {error}'
-    if status_dir:
-      message = report_failure(status_dir, label, error)
-    logging.error('%s (while constructing the node)\n%s', message,
-                  traceback.format_exc())
     # Launchpad would otherwise leave this worker in a post-mortem debugger
     # and the rest of the program running without it.
-    lp.stop()
+    _fail_program(label, status_dir, error, ' (while constructing the node)')
     return _FailedNode(label)
 
 

@@ -27,6 +27,15 @@ from acme_impala import networks
 K, T, STEPS = 4, 5, 600
 
 
+def _flush(made):
+  """Waits until every item the adder(s) wrote is in the table."""
+  for adder in (made if isinstance(made, list) else [made]):
+    if isinstance(adder, adders.BatchedTrajectoryAdder):
+      adder.flush(timeout_ms=10_000)
+    else:
+      adder._ReverbAdder__writer.flush(0)  # pylint: disable=protected-access
+
+
 def _items(config, net, spec):
   table = reverb.Table.queue(
       agent_lib.QUEUE_TABLE, max_size=100_000,
@@ -42,11 +51,7 @@ def _items(config, net, spec):
                                       logger=loggers.NoOpLogger(),
                                       should_update=False)
   assert loop.run(num_steps=STEPS) == STEPS
-  for adder in (made if isinstance(made, list) else [made]):
-    if isinstance(adder, adders.BatchedTrajectoryAdder):
-      adder.close(timeout_ms=10_000)
-    else:
-      adder._ReverbAdder__writer.flush(0)  # pylint: disable=protected-access
+  _flush(made)
   size = client.server_info()[agent_lib.QUEUE_TABLE].current_size
   items = [s.data for s in client.sample(
       agent_lib.QUEUE_TABLE, num_samples=size, emit_timesteps=False,
@@ -115,11 +120,7 @@ def _dataset_items(config, net, spec):
           for i in range(K)]
   loops.BatchedEnvironmentLoop(envs, actor, logger=loggers.NoOpLogger(),
                                should_update=False).run(num_steps=STEPS)
-  for adder in (made if isinstance(made, list) else [made]):
-    if isinstance(adder, adders.BatchedTrajectoryAdder):
-      adder.flush(timeout_ms=10_000)
-    else:
-      adder._ReverbAdder__writer.flush(0)  # pylint: disable=protected-access
+  _flush(made)
   size = client.server_info()[agent_lib.QUEUE_TABLE].current_size
   iterator = builder.make_dataset_iterator(f'localhost:{server.port}')
   items = []
