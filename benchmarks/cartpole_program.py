@@ -8,7 +8,7 @@ time since launch, then stops the program with SIGINT, as a user's Ctrl-C
 would, and checks that it exits 0. Prints a Markdown table.
 
   python benchmarks/cartpole_program.py [--seeds=0] [--target=450]
-      [--max_actor_steps=1500000]
+      [--max_actor_steps=N]  (default: the program's own default budget)
 """
 
 import csv
@@ -27,7 +27,8 @@ import numpy as np
 
 flags.DEFINE_list('seeds', ['0'], 'Seeds (one program run each).')
 flags.DEFINE_float('target', 450., 'Target 20-episode evaluator average.')
-flags.DEFINE_integer('max_actor_steps', 1_500_000, 'Step budget per run.')
+flags.DEFINE_integer('max_actor_steps', None,
+                     "Step budget per run; default: the program's default.")
 flags.DEFINE_list('program_flags', [], 'Extra flags for the program.')
 FLAGS = flags.FLAGS
 
@@ -48,9 +49,10 @@ def _evaluator_rows(path):
 def run_seed(seed):
   logdir = tempfile.mkdtemp(prefix='impala_cartpole_')
   cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
-         '--lp_launch_type=local_mp', f'--seed={seed}',
-         f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}'
-         ] + list(FLAGS.program_flags)
+         '--lp_launch_type=local_mp', f'--seed={seed}', f'--logdir={logdir}']
+  if FLAGS.max_actor_steps is not None:
+    cmd.append(f'--max_actor_steps={FLAGS.max_actor_steps}')
+  cmd += list(FLAGS.program_flags)
   log_path = os.path.join(logdir, 'program.log')
   csv_path = os.path.join(logdir, 'logs', 'evaluator', 'logs.csv')
   start = time.time()
@@ -88,7 +90,7 @@ def main(argv):
   del argv
   results = [run_seed(int(s)) for s in FLAGS.seeds]
   print(f'\n| seed | env steps to evaluator avg20 >= {FLAGS.target:g} | '
-        'wall time from launch | best avg20 | exit status after SIGINT |')
+        'wall time from launch | best avg20 | exit status |')
   print('|---|---:|---:|---:|---|')
   for r in results:
     if r['reached']:
@@ -96,8 +98,12 @@ def main(argv):
       print(f"| {r['seed']} | {steps:,} | {secs / 60:.1f} min | "
             f"{r['best']:.1f} | {r['exit']} |")
     else:
-      print(f"| {r['seed']} | not reached | {r['seconds'] / 60:.1f} min | "
+      print(f"| {r['seed']} | not reached in budget | "
+            f"{r['seconds'] / 60:.1f} min | "
             f"{r['best']:.1f} | {r['exit']} |")
+  hits = sorted(r['reached'][0] for r in results if r['reached'])
+  print(f'\n{len(hits)}/{len(results)} seeds reached {FLAGS.target:g}' +
+        (f'; median env steps {int(np.median(hits)):,}' if hits else ''))
   failed = [r for r in results if r['exit'] != 0]
   if failed:
     print(f'Program runs that did not exit 0: {failed}')

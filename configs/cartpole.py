@@ -1,9 +1,10 @@
 """CartPole-v1: a small MLP+LSTM agent that trains in minutes on 2 cores.
 
-Table G.1's Atari values are kept where they transfer (discount, baseline
-cost, RMSProp momentum 0 and decay, gradient-norm clip, reward clipping);
-the learning rate, entropy cost and ε are tuned for this small, dense-reward
-task (the paper sweeps them per domain, Table D.1).
+Table G.1's Atari values are kept where they transfer (discount, RMSProp
+momentum 0 and decay, gradient-norm clip, reward clipping); the learning
+rate, baseline and entropy costs and ε are tuned for this small, dense-reward
+task (the paper sweeps them per domain, Table D.1). The tuning runs are in
+the README (learning benchmark of the default program).
 """
 
 from acme_impala import config as config_lib
@@ -21,8 +22,16 @@ def get_config() -> config_lib.IMPALAConfig:
       unroll_length=10,
       batch_size=8,
       discount=0.99,
-      baseline_cost=0.5,
-      entropy_cost=0.01,
+      # CartPole pays +1 per step, so with discount 0.99 values reach ~100
+      # (Atari's clipped rewards keep them small). At Table G.1's 0.5 the
+      # baseline's squared error dominated the gradient of the torso and LSTM
+      # the policy shares, and the default program stalled at returns of
+      # 90-200 in 3 of 3 seeds; at 0.1 every seed tried reached 400+.
+      baseline_cost=0.1,
+      # The evaluator samples from pi, so an average of 450 needs a nearly
+      # deterministic policy: 0.01 held the entropy near 0.5 nats and the
+      # average near 420; 0.003 let every seed tried pass 450.
+      entropy_cost=0.003,
       reward_clipping='abs_one',
       learning_rate=2e-3,
       rmsprop_decay=0.99,
