@@ -10,7 +10,8 @@ the learner keeps up with the actors; the queue itself is bounded by
 Acme's own `acme.agents.tf.impala.IMPALA` agent on the same environment and
 the same network class, and prints a Markdown table with the ratio.
 
-  python benchmarks/throughput.py [--quick] [--env=CartPole-v1]
+  python benchmarks/throughput.py [--quick] [--config=cartpole] [--env=...]
+  python benchmarks/throughput.py --config=atari --settings=1x8,2x8
 """
 
 import csv
@@ -29,7 +30,9 @@ from absl import flags
 import acme_impala  # pylint: disable=unused-import  # Sets TF2_BEHAVIOR first.
 
 flags.DEFINE_bool('quick', False, 'Fewer settings and shorter runs.')
-flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
+flags.DEFINE_string('config', 'cartpole',
+                    'Named config (network, batch, unroll) for both agents.')
+flags.DEFINE_string('env', None, "Environment id; default: the config's.")
 flags.DEFINE_integer('steps_per_run', 80_000, 'Actor steps per program run.')
 flags.DEFINE_float('acme_seconds', 60., 'Seconds to run Acme\'s agent.')
 flags.DEFINE_list('settings', [], 'num_actors x envs_per_actor settings to '
@@ -40,12 +43,18 @@ flags.DEFINE_bool('skip_acme', False, 'Skip Acme\'s agent (no ratio column).')
 FLAGS = flags.FLAGS
 
 
+def _env_id():
+  import configs  # pylint: disable=g-import-not-at-top
+  return FLAGS.env or configs.get_config(FLAGS.config).env_id
+
+
 def _program_run(num_actors, envs_per_actor, steps, extra=()):
   logdir = tempfile.mkdtemp(prefix='impala_tp_')
   cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
          '--lp_launch_type=local_mp', '--noevaluator',
-         f'--num_actors={num_actors}', f'--max_actor_steps={steps}',
-         f'--logdir={logdir}', f'--config.env_id={FLAGS.env}',
+         f'--config={FLAGS.config}', f'--num_actors={num_actors}',
+         f'--max_actor_steps={steps}',
+         f'--logdir={logdir}', f'--config.env_id={_env_id()}',
          f'--config.envs_per_actor={envs_per_actor}'] + list(extra)
   start = time.time()
   proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -81,8 +90,8 @@ def _acme_run(seconds):
   from acme_impala import networks  # pylint: disable=g-import-not-at-top
   import configs  # pylint: disable=g-import-not-at-top
 
-  config = configs.get_config('cartpole').replace(env_id=FLAGS.env)
-  env = environments.make_environment(FLAGS.env, seed=0)
+  config = configs.get_config(FLAGS.config).replace(env_id=_env_id())
+  env = environments.make_environment(config.env_id, seed=0)
   spec = specs.make_environment_spec(env)
   net = networks.make_network(config, spec.actions.num_values)
   agent = acme_impala_agent.IMPALA(
@@ -123,7 +132,7 @@ def main(argv):
   if FLAGS.skip_acme:
     acme_row = dict(env_sps=float('nan'), samples_sps=float('nan'))
   else:
-    print(f'Acme 0.4.0 single-process IMPALA on {FLAGS.env} '
+    print(f'Acme 0.4.0 single-process IMPALA on {_env_id()} '
           f'({FLAGS.acme_seconds:.0f} s)...', flush=True)
     acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
   rows = []
@@ -133,8 +142,9 @@ def main(argv):
                                                FLAGS.program_flags)))
 
   import configs  # pylint: disable=g-import-not-at-top
-  cfg = configs.get_config('cartpole')
-  print(f'\nTensorFlow CPU, 2 cores; env {FLAGS.env}; cartpole config (batch '
+  cfg = configs.get_config(FLAGS.config)
+  print(f'\nTensorFlow CPU, 2 cores; env {_env_id()}; {FLAGS.config} config '
+        f'({cfg.network} network, batch '
         f'{cfg.batch_size} x unroll {cfg.unroll_length}, same network for '
         f'both); {steps} actor steps per program run; program flags '
         f'{FLAGS.program_flags or "none"}.\n')
@@ -142,16 +152,18 @@ def main(argv):
         'queue-wait fraction | policy lag (steps) | vs Acme env steps/s |')
   print('|---|---|---:|---:|---:|---:|---:|')
   base = acme_row['env_sps']
-  print(f"| Acme 0.4.0 IMPALA (single process) | 1 x 1 | "
-        f"{acme_row['env_sps']:.0f} | {acme_row['samples_sps']:.0f} | - | 0 |"
-        f" 1.0x |")
+  if not FLAGS.skip_acme:
+    print(f"| Acme 0.4.0 IMPALA (single process) | 1 x 1 | "
+          f"{acme_row['env_sps']:.0f} | {acme_row['samples_sps']:.0f} | - |"
+          f" 0 | 1.0x |")
   for (n, k), r in rows:
     if 'error' in r:
       print(f'| acme_impala local_mp | {n} x {k} | error: {r["error"]} |')
       continue
     print(f"| acme_impala local_mp | {n} x {k} | {r['env_sps']:.0f} | "
           f"{r['samples_sps']:.0f} | {r['wait']:.2f} | {r['lag']:.1f} | "
-          f"{r['env_sps'] / base:.1f}x |")
+          + ('-' if FLAGS.skip_acme else f"{r['env_sps'] / base:.1f}x") +
+          ' |')
 
 
 if __name__ == '__main__':

@@ -30,7 +30,8 @@ def get_config() -> config_lib.IMPALAConfig:
       baseline_cost=0.1,
       # The evaluator samples from pi, so an average of 450 needs a nearly
       # deterministic policy: 0.01 held the entropy near 0.5 nats and the
-      # average near 420; 0.003 let every seed tried pass 450.
+      # average near 420; with 0.003 the default program passed 450 in 7 of
+      # 8 runs (README).
       entropy_cost=0.003,
       reward_clipping='abs_one',
       learning_rate=2e-3,
