@@ -91,8 +91,9 @@ def _observation_spec_from_space(space: gymnasium.Space) -> specs.BoundedArray:
     # every consumer of the spec consistent with what the environment emits.
     dtype = np.dtype(np.float32)
   elif dtype == np.bool_:
-    # MinAtar's channels are bool: networks cast observations to float, which
-    # TF does from uint8 but not from bool.
+    # MinAtar's channels are bool; kept as uint8 0/1 so that observation
+    # specs and arrays are numeric like every other environment's here (the
+    # networks cast them to float32).
     dtype = np.dtype(np.uint8)
   return specs.BoundedArray(
       shape=space.shape,

@@ -10,6 +10,7 @@ policies, which is what LASER's trust region is for.
 """
 
 import dataclasses
+import functools
 import os
 from typing import List, Sequence
 
@@ -121,29 +122,28 @@ def make_sweep_program(configs: Sequence[config_lib.IMPALAConfig],
   counters = []
   for i, (config, b, opts) in enumerate(zip(configs, builders, options)):
     name = f'agent_{i}'
+    guard = functools.partial(program_lib.guarded_node, options=opts)
     with program.group(f'{name}_counter'):
       counter = program.add_node(
-          lp.CourierNode(program_lib.guarded_node(
-              program_lib.CounterNode, 'counter', opts), opts, config))
+          lp.CourierNode(guard(program_lib.CounterNode, 'counter'), opts,
+                         config))
     counter.set_client_kwargs(call_timeout=5, wait_for_ready=True)
     counters.append(counter)
     with program.group(f'{name}_learner'):
       learner = program.add_node(lp.CourierNode(
-          program_lib.guarded_node(program_lib.LearnerNode, 'learner', opts),
-          b, replays[i], counter, opts))
+          guard(program_lib.LearnerNode, 'learner'), b, replays[i], counter,
+          opts))
     learner.set_client_kwargs(call_timeout=5, wait_for_ready=False)
     with program.group(f'{name}_actor'):
       for j in range(num_actors):
         program.add_node(lp.CourierNode(
-            program_lib.guarded_node(program_lib.ActorNode, f'actor_{j}',
-                                     opts),
-            b, replays[i], learner, counter, j, opts))
+            guard(program_lib.ActorNode, f'actor_{j}'), b, replays[i],
+            learner, counter, j, opts))
     if evaluator:
       with program.group(f'{name}_evaluator'):
         program.add_node(lp.CourierNode(
-            program_lib.guarded_node(program_lib.EvaluatorNode, 'evaluator',
-                                     opts),
-            b, learner, counter, opts))
+            guard(program_lib.EvaluatorNode, 'evaluator'), b, learner,
+            counter, opts))
   with program.group('coordinator'):
     program.add_node(lp.CourierNode(
         lifecycle.guarded_constructor(SweepCoordinator, 'coordinator',
