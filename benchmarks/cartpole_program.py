@@ -94,13 +94,11 @@ def main(argv):
   print('|---|---:|---:|---:|---|')
   for r in results:
     if r['reached']:
-      steps, secs = r['reached']
-      print(f"| {r['seed']} | {steps:,} | {secs / 60:.1f} min | "
-            f"{r['best']:.1f} | {r['exit']} |")
+      steps, secs = f"{r['reached'][0]:,}", r['reached'][1]
     else:
-      print(f"| {r['seed']} | not reached in budget | "
-            f"{r['seconds'] / 60:.1f} min | "
-            f"{r['best']:.1f} | {r['exit']} |")
+      steps, secs = 'not reached in budget', r['seconds']
+    print(f"| {r['seed']} | {steps} | {secs / 60:.1f} min | "
+          f"{r['best']:.1f} | {r['exit']} |")
   hits = sorted(r['reached'][0] for r in results if r['reached'])
   print(f'\n{len(hits)}/{len(results)} seeds reached {FLAGS.target:g}' +
         (f'; median env steps {int(np.median(hits)):,}' if hits else ''))

@@ -28,6 +28,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 import acme_impala  # pylint: disable=unused-import  # Sets TF2_BEHAVIOR first.
+import configs
 
 flags.DEFINE_bool('quick', False, 'Fewer settings and shorter runs.')
 flags.DEFINE_string('config', 'cartpole',
@@ -44,7 +45,6 @@ FLAGS = flags.FLAGS
 
 
 def _env_id():
-  import configs  # pylint: disable=g-import-not-at-top
   return FLAGS.env or configs.get_config(FLAGS.config).env_id
 
 
@@ -88,7 +88,6 @@ def _acme_run(seconds):
   from acme.utils import loggers  # pylint: disable=g-import-not-at-top
   from acme_impala import environments  # pylint: disable=g-import-not-at-top
   from acme_impala import networks  # pylint: disable=g-import-not-at-top
-  import configs  # pylint: disable=g-import-not-at-top
 
   config = configs.get_config(FLAGS.config).replace(env_id=_env_id())
   env = environments.make_environment(config.env_id, seed=0)
@@ -141,7 +140,6 @@ def main(argv):
     rows.append(((num_actors, k), _program_run(num_actors, k, steps,
                                                FLAGS.program_flags)))
 
-  import configs  # pylint: disable=g-import-not-at-top
   cfg = configs.get_config(FLAGS.config)
   print(f'\nTensorFlow CPU, 2 cores; env {_env_id()}; {FLAGS.config} config '
         f'({cfg.network} network, batch '
