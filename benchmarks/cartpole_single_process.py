@@ -21,7 +21,7 @@ from absl import flags
 import numpy as np
 
 from acme_impala import config_flags
-import configs
+from acme_impala import configs
 
 flags.DEFINE_integer('max_steps', 600_000, 'Environment-step budget per seed.')
 flags.DEFINE_float('max_seconds', 1800, 'Wall-time budget per seed.')

@@ -28,7 +28,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 import acme_impala  # pylint: disable=unused-import  # Sets TF2_BEHAVIOR first.
-import configs
+from acme_impala import configs
 
 flags.DEFINE_bool('quick', False, 'Fewer settings and shorter runs.')
 flags.DEFINE_string('config', 'cartpole',

@@ -13,16 +13,15 @@ import os
 import sys
 import time
 
+# Default run directories live under the repository root.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-  sys.path.insert(0, _ROOT)
 
-from absl import app  # pylint: disable=g-import-not-at-top
+from absl import app
 from absl import flags
 import launchpad as lp  # Defines --lp_launch_type and friends.
 
 from acme_impala import config_flags
-import configs
+from acme_impala import configs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'cartpole',

@@ -7,7 +7,7 @@ import numpy as np
 
 from acme_impala import agent as agent_lib
 from acme_impala import environments
-import configs
+from acme_impala import configs
 
 
 class _Returns(loggers.Logger):

@@ -24,12 +24,12 @@ def test_every_listed_source_exists():
 def test_every_file_has_a_target():
   listed, text = _listed()
   files = (glob.glob('acme_impala/*.py', root_dir=ROOT) +
-           glob.glob('configs/*.py', root_dir=ROOT) +
+           glob.glob('acme_impala/configs/*.py', root_dir=ROOT) +
            glob.glob('programs/*.py', root_dir=ROOT) +
            glob.glob('benchmarks/*.py', root_dir=ROOT) +
            glob.glob('tests/test_*.py', root_dir=ROOT))
   files = [f for f in files if not f.endswith('__init__.py') or
-           f.startswith('configs/')]
+           f.startswith('acme_impala/configs/')]
   unlisted = sorted(set(files) - listed)
   assert not unlisted, f'BUILD has no target for: {unlisted}'
   for test in glob.glob('tests/test_*.py', root_dir=ROOT):

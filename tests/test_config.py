@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-import configs
+from acme_impala import configs
 from acme_impala import config as config_lib
 
 

@@ -60,7 +60,7 @@ def _session_processes(sid):
 
 def test_make_program_runs_under_test_mt(tmp_path):
   import launchpad as lp  # pylint: disable=g-import-not-at-top
-  import configs  # pylint: disable=g-import-not-at-top
+  from acme_impala import configs  # pylint: disable=g-import-not-at-top
   from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
   config = configs.get_config('cartpole').replace(
       batch_size=8, unroll_length=10, lstm_size=16, envs_per_actor=2,

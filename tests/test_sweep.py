@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-import configs
+from acme_impala import configs
 from acme_impala import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""Named configurations: `configs.get_config(name)` returns an IMPALAConfig."""
+"""Named configurations: `acme_impala.configs.get_config(name)` returns an IMPALAConfig."""
 
 import importlib
 
@@ -12,5 +12,5 @@ def get_config(name: str) -> config_lib.IMPALAConfig:
   if name not in CONFIG_NAMES:
     raise config_lib.ConfigError(
         f'Unknown config {name!r}; known configs: {list(CONFIG_NAMES)}.')
-  module = importlib.import_module(f'configs.{name}')
+  module = importlib.import_module(f'acme_impala.configs.{name}')
   return module.get_config()
