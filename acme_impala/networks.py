@@ -58,15 +58,31 @@ class ShallowAtariTorso(snt.Module):
     return self._net(_to_float_images(inputs))
 
 
-def deep_atari_torso() -> snt.Module:
-  """The paper's deep torso: 3 ResNet sections (16, 32, 32 channels), 15 convs.
+class DeepAtariTorso(vision.ResNetTorso):
+  """The paper's deep torso: 3 ResNet sections (16, 32, 32 channels), 15 convs,
+  then FC 256 and a ReLU.
 
-  Acme already implements it (`acme.tf.networks.ResNetTorso`); reuse it.
-  Input [B, H, W, C]; output [B, 256].
+  Acme implements the ResNet (`acme.tf.networks.ResNetTorso`), but its final
+  `snt.nets.MLP` has no activation after its last layer, while Figure 3 of the
+  IMPALA paper (right) ends the torso with "FC 256, ReLU" before the LSTM, as
+  the shallow torso does. This subclass adds that ReLU and nothing else: same
+  variables, same variable names and checkpoint paths as `ResNetTorso`.
+
+  Input [B, H, W, C] (uint8 frames are scaled to [0, 1]); output [B, 256],
+  non-negative.
   """
-  return vision.ResNetTorso(
-      num_channels=(16, 32, 32), num_blocks=(2, 2, 2),
-      num_output_hidden=(256,))
+
+  def __init__(self, name: str = 'resnet_torso'):
+    super().__init__(num_channels=(16, 32, 32), num_blocks=(2, 2, 2),
+                     num_output_hidden=(256,), name=name)
+
+  def __call__(self, inputs: tf.Tensor) -> tf.Tensor:
+    return tf.nn.relu(super().__call__(inputs))
+
+
+def deep_atari_torso() -> snt.Module:
+  """The paper's deep torso (Figure 3, right); see `DeepAtariTorso`."""
+  return DeepAtariTorso()
 
 
 def mlp_torso(hidden_sizes: Sequence[int]) -> snt.Module:

@@ -1,5 +1,6 @@
 """Network output shapes, OAR inputs, and unroll == step-by-step with resets."""
 
+from acme.tf.networks import vision
 from acme.wrappers import observation_action_reward
 import numpy as np
 import pytest
@@ -44,6 +45,41 @@ def test_deep_torso_has_15_conv_layers():
   net(_oar(tf.zeros((1, 84, 84, 4), tf.uint8), [1]), net.initial_state(1))
   convs = [v for v in net.variables if v.shape.rank == 4]  # conv kernels
   assert len(convs) == 15
+
+
+def test_deep_torso_ends_with_relu_after_fc_256():
+  """Figure 3 (right) of the IMPALA paper: ... FC 256, ReLU, then the LSTM.
+
+  Acme's ResNetTorso stops at the linear layer (its MLP has no final
+  activation). The reference here is a separate Acme ResNetTorso given the
+  torso's own weights: the torso must equal relu of it, with no extra
+  variables.
+  """
+  tf.random.set_seed(1)
+  rng = np.random.default_rng(1)
+  frames = tf.constant(rng.integers(0, 256, (4, 84, 84, 4)), tf.uint8)
+  torso = networks.deep_atari_torso()
+  out = torso(frames).numpy()
+  assert out.shape == (4, 256)
+  assert (out >= 0).all()
+  assert (out == 0).any() and (out > 0).any()
+
+  reference = vision.ResNetTorso(num_channels=(16, 32, 32),
+                                 num_blocks=(2, 2, 2), num_output_hidden=(256,))
+  reference(frames)  # Creates its variables.
+
+  # Same variables, nothing added. Acme's three ResidualBlockGroups share
+  # variable names, so pair the variables by Sonnet's deterministic order and
+  # check name (without the uniquified top scope) and shape of each pair.
+  ours, theirs = torso.variables, reference.variables
+  assert len(ours) == len(theirs) == 32  # 15 convs + 1 linear, w and b.
+  for mine, ref in zip(ours, theirs):
+    assert mine.name.split('/', 1)[1] == ref.name.split('/', 1)[1]
+    assert mine.shape == ref.shape
+    ref.assign(mine)
+  pre_activation = reference(frames).numpy()
+  assert (pre_activation < 0).any()  # The ReLU has something to do.
+  np.testing.assert_allclose(out, np.maximum(pre_activation, 0.), atol=1e-6)
 
 
 def test_plain_observations_are_accepted():
