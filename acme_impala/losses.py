@@ -46,16 +46,23 @@ EPSILON_CORRECTION = 1e-6
 
 
 def clip_rewards(rewards, mode: str) -> tf.Tensor:
-  """Reward pre-processing used by IMPALA (Table D.3, Figure D.1).
+  """Reward pre-processing used by IMPALA (Table D.3, Figure D.1, Table G.1).
 
   Args:
     rewards: float tensor of any shape, e.g. `[T, B]`.
     mode: one of `REWARD_CLIPPING_MODES`:
       'none': rewards unchanged.
       'abs_one': clipped to [-1, 1] (single-task DMLab and Atari).
-      'soft_asymmetric': "optimistic asymmetric clipping" of Figure D.1,
-        0.3 * min(tanh(r), 0) + 5.0 * max(tanh(r), 0) (DMLab-30), which
-        squashes large rewards yet keeps positive ones dominant.
+      'soft_asymmetric': "optimistic asymmetric clipping" (DMLab-30), as
+        computed by the paper's reference code (deepmind/scalable_agent,
+        experiment.py), which produced its DMLab results:
+          squeezed = tanh(r / 5); clipped = 5 * where(r < 0, 0.3 * squeezed,
+                                                      squeezed),
+        i.e. 5 tanh(r / 5) for r >= 0 and 1.5 tanh(r / 5) for r < 0: values
+        in (-1.5, 5), roughly r for small positive r and 0.3 r for small
+        negative r. The caption of Figure D.1 states a different formula,
+        0.3 * min(tanh(r), 0) + 5.0 * max(tanh(r), 0) (values in (-0.3, 5),
+        saturating at |r| ~ 2); it is not the one used here.
 
   Returns:
     Float tensor with the shape of `rewards`.
@@ -73,8 +80,9 @@ def clip_rewards(rewards, mode: str) -> tf.Tensor:
     return rewards
   if mode == 'abs_one':
     return tf.clip_by_value(rewards, -1., 1.)
-  squashed = tf.tanh(rewards)
-  return 0.3 * tf.minimum(squashed, 0.) + 5.0 * tf.maximum(squashed, 0.)
+  # deepmind/scalable_agent experiment.py (see the docstring).
+  squeezed = tf.tanh(rewards / 5.)
+  return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.
 
 
 _check_rank = vtrace.check_rank

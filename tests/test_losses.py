@@ -4,6 +4,8 @@ Expected values are computed by hand or with the small numpy reference below,
 which shares no code with the implementation.
 """
 
+import math
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,13 +23,43 @@ def test_clip_rewards_values():
   np.testing.assert_allclose(losses.clip_rewards(rewards, 'none'), rewards)
   np.testing.assert_allclose(losses.clip_rewards(rewards, 'abs_one'),
                              [-1., -1., -0.5, 0., 0.5, 1.])
-  # 0.3 * tanh(r) for r < 0, 5 * tanh(r) for r > 0; e.g.
-  # tanh(-5) = -0.9999092, tanh(-1) = -0.7615942, tanh(-0.5) = -0.4621172,
-  # tanh(0.5) = 0.4621172, tanh(2) = 0.9640276.
+
+
+def test_clip_rewards_soft_asymmetric_follows_reference_code():
+  """deepmind/scalable_agent experiment.py, the code behind the paper's DMLab
+  results: squeezed = tanh(r / 5); clipped = where(r < 0, 0.3 * squeezed,
+  squeezed) * 5, i.e. 5 tanh(r/5) for r >= 0 and 1.5 tanh(r/5) for r < 0."""
+  rewards = [-10., -5., -1., -0.5, 0., 0.5, 1., 10., 100.]
+  expected = [
+      1.5 * math.tanh(-2.),   # -1.4460414
+      1.5 * math.tanh(-1.),   # -1.1423912
+      1.5 * math.tanh(-0.2),  # -0.2960630
+      1.5 * math.tanh(-0.1),  # -0.1495020
+      0.,
+      5. * math.tanh(0.1),    # 0.4983400
+      5. * math.tanh(0.2),    # 0.9868766
+      5. * math.tanh(2.),     # 4.8201379
+      5.,                     # 5 tanh(20) == 5 in float32.
+  ]
+  got = losses.clip_rewards(np.array(rewards, np.float32), 'soft_asymmetric')
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+  # A few of the same values written out, in case of a slip above.
+  np.testing.assert_allclose(got.numpy()[[0, 2, 6, 7]],
+                             [-1.4460414, -0.2960630, 0.9868766, 4.8201379],
+                             rtol=1e-6)
+  # Not the formula in the caption of Figure D.1, which would give
+  # 0.3 tanh(-1) = -0.2284783 at r = -1 and 5 tanh(1) = 3.8079708 at r = 1.
+  assert abs(got.numpy()[2] - 0.3 * math.tanh(-1.)) > 0.05
+  assert abs(got.numpy()[6] - 5. * math.tanh(1.)) > 2.
+
+
+def test_clip_rewards_soft_asymmetric_keeps_shape_and_float64():
+  rewards = tf.constant([[-1., 2.], [0., -3.]], tf.float64)
+  got = losses.clip_rewards(rewards, 'soft_asymmetric')
+  assert got.shape == (2, 2) and got.dtype == tf.float64
   np.testing.assert_allclose(
-      losses.clip_rewards(rewards, 'soft_asymmetric'),
-      [-0.29997276, -0.22847827, -0.13863515, 0., 2.3105858, 4.8201379],
-      rtol=1e-6)
+      got, [[1.5 * math.tanh(-0.2), 5. * math.tanh(0.4)],
+            [0., 1.5 * math.tanh(-0.6)]], rtol=1e-12)
 
 
 def test_clip_rewards_bad_mode():
