@@ -1,9 +1,30 @@
 """Atari: the hyperparameters of Table G.1 of the IMPALA paper.
 
+Every numerical value of Table G.1 that maps to an IMPALAConfig field is set
+here (tests/test_configs.py checks each against a transcription of the table):
+unroll length 20, batch size 32, discount 0.99, baseline loss scaling 0.5,
+entropy regulariser 0.01, reward clipping [-1, 1], RMSProp momentum 0 and
+epsilon 0.01, learning rate 0.0006, global gradient norm clipped at 40, and the
+learning rate annealed linearly to 0 from the beginning to the end of training
+(`anneal_learning_rate=True`: the launcher sets `lr_anneal_steps` from the
+actor-step budget). RMSProp decay 0.99 is not in the table; it is the default
+of the paper's reference code (deepmind/scalable_agent).
+
+The loss is summed over batch and time (`loss_reduction='sum'`), as the note
+under Table D.1 states. This matters: RMSProp with epsilon inside the square
+root is not invariant to the scale of the loss, so the paper's learning rate,
+epsilon and gradient-clipping threshold belong to the summed loss, whose
+gradients are batch_size * unroll_length = 640 times those of the mean when
+every step is valid.
+
 Frame preprocessing of Table G.1 (84x84 gray, action repeat 4, max-pool over
 the last 2 frames, 4-frame stack, end of episode on life loss) is done by
-acme_impala.environments; the learning rate is annealed linearly to 0 over the
-run (the launcher sets lr_anneal_steps from the step budget).
+acme_impala.environments.
+
+Known deviation: the paper's Atari agents are feed-forward (Section 5.3 and
+Appendix G; its shallow Atari network is the 3-conv network of Mnih et al.
+2016). IMPALANetwork always has an LSTM, so this config uses the 2-conv
+shallow torso of Figure 3 with its 256-unit LSTM.
 """
 
 from acme_impala import config as config_lib
@@ -20,7 +41,9 @@ def get_config() -> config_lib.IMPALAConfig:
       baseline_cost=0.5,
       entropy_cost=0.01,
       reward_clipping='abs_one',
+      loss_reduction='sum',
       learning_rate=0.0006,
+      anneal_learning_rate=True,
       rmsprop_decay=0.99,
       rmsprop_epsilon=0.01,
       rmsprop_momentum=0.0,
