@@ -1,5 +1,7 @@
 """IMPALALearner on real Reverb datasets, and swapping parts with Acme's IMPALA."""
 
+import collections
+
 import acme
 from acme import datasets
 from acme import specs
@@ -8,17 +10,21 @@ from acme.agents.tf.impala import acting as acme_acting
 from acme.agents.tf.impala import learning as acme_learning
 from acme.tf import utils as tf2_utils
 from acme.utils import loggers
+import gymnasium
 import numpy as np
 import pytest
 import reverb
 import tensorflow as tf
 
 from acme_impala import acting
-from acme_impala import agent as agent_lib
+from acme_impala import builder as builder_lib
 from acme_impala import config as config_lib
 from acme_impala import environments
 from acme_impala import learning
 from acme_impala import networks
+from acme_impala import types
+
+import learner_reference
 
 B, T = 4, 5
 
@@ -55,14 +61,15 @@ def filled_queue():
   net = _network(config, spec)
   # Uniform sampling without removal: every test reads from the same items
   # (a queue would be drained by the tests' reads and block the later ones).
+  builder = builder_lib.IMPALABuilder(config, spec)
   table = reverb.Table(
-      agent_lib.QUEUE_TABLE, sampler=reverb.selectors.Uniform(),
+      types.QUEUE_TABLE, sampler=reverb.selectors.Uniform(),
       remover=reverb.selectors.Fifo(), max_size=10_000,
       rate_limiter=reverb.rate_limiters.MinSize(1),
-      signature=agent_lib.queue_signature(spec, net, config))
+      signature=builder.trajectory_signature(net))
   server = reverb.Server([table], port=None)
   client = reverb.Client(f'localhost:{server.port}')
-  adder = agent_lib.make_sequence_adder(client, config)
+  adder = builder.make_adder(client)
   actor = acting.IMPALAActor(net, adder, policy_version=tf.Variable(
       0, dtype=tf.int64), seed=0)
   acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=600)
@@ -73,7 +80,7 @@ def filled_queue():
 
 def _batches(server, n):
   ds = datasets.make_reverb_dataset(
-      server_address=f'localhost:{server.port}', table=agent_lib.QUEUE_TABLE,
+      server_address=f'localhost:{server.port}', table=types.QUEUE_TABLE,
       batch_size=B, num_parallel_calls=1)
   it = iter(ds)
   return [next(it) for _ in range(n)]
@@ -85,7 +92,7 @@ def test_learner_step_with_xla_on_real_dataset(filled_queue):
   net = _network(config, spec)
   logger = _ListLogger()
   ds = datasets.make_reverb_dataset(
-      server_address=f'localhost:{server.port}', table=agent_lib.QUEUE_TABLE,
+      server_address=f'localhost:{server.port}', table=types.QUEUE_TABLE,
       batch_size=B, num_parallel_calls=1)
   learner = learning.IMPALALearner(net, iter(ds), config, logger=logger)
   before = [v.numpy().copy() for v in net.trainable_variables]
@@ -162,7 +169,7 @@ def test_acme_learner_trains_on_items_from_our_actor(filled_queue):
   server, spec, config = filled_queue
   net = _network(config, spec, seed=2)
   ds = datasets.make_reverb_dataset(
-      server_address=f'localhost:{server.port}', table=agent_lib.QUEUE_TABLE,
+      server_address=f'localhost:{server.port}', table=types.QUEUE_TABLE,
       batch_size=B, num_parallel_calls=1)
   acme_learner = acme_learning.IMPALALearner(
       environment_spec=spec, network=net, dataset=ds, learning_rate=1e-3,
@@ -174,9 +181,49 @@ def test_acme_learner_trains_on_items_from_our_actor(filled_queue):
   assert any(not np.allclose(a, b) for a, b in zip(before, after))
 
 
+def _short_cartpole(max_episode_steps, seed):
+  """CartPole whose episodes are truncated after `max_episode_steps`."""
+  return environments.ObservationActionRewardWrapper(
+      environments.GymnasiumToDMEnv(
+          gymnasium.make('CartPole-v1', max_episode_steps=max_episode_steps),
+          seed=seed))
+
+
+def _zero_pad_rows(data):
+  """Per row of [N, T+1] items: 'terminal' / 'truncation' when an episode
+  ends inside the item followed by the adder's dummy step and at least one
+  ZERO_PAD step (all zeros, no episode start) to the end; else None."""
+  logits = np.asarray(data.extras['logits'])
+  written = np.all(logits == 0, axis=-1)  # [N, T+1]
+  discount = np.asarray(data.discount)
+  start = np.asarray(data.start_of_episode)
+  flat = [np.asarray(x).reshape(logits.shape[:2] + (-1,))
+          for x in tf.nest.flatten(data)]
+  all_zero = np.all([np.all(x == 0, axis=-1) for x in flat], axis=0)
+  kinds = []
+  for b in range(logits.shape[0]):
+    kind = None
+    for t in range(T - 1):
+      # Step t is the episode's last real step, t+1 the dummy (holding the
+      # final observation), t+2.. T zero padding.
+      if (not written[b, t] and written[b, t + 1] and
+          not all_zero[b, t + 1] and np.all(all_zero[b, t + 2:]) and
+          not np.any(start[b, t + 1:])):
+        kind = 'terminal' if discount[b, t] == 0 else 'truncation'
+        break
+    kinds.append(kind)
+  return kinds
+
+
 def test_our_learner_trains_on_items_from_acme_actor_and_adder():
+  """Acme's IMPALA actor and Acme's default SequenceAdder (ZERO_PAD): the
+  learner's first update is computed on exactly the loss the independent
+  reference (tests/learner_reference.py) gives for the batch it read,
+  padding included."""
   config = _config(record_policy_version=False)
-  env = environments.make_environment(config.env_id, seed=1)
+  # Short episodes (a time limit of 12 steps, and CartPole's own terminals
+  # under a near-uniform policy) end inside items.
+  env = _short_cartpole(max_episode_steps=12, seed=1)
   spec = specs.make_environment_spec(env)
   net = _network(config, spec, seed=3)
   # Exactly Acme's IMPALA agent's table and adder (acme/agents/tf/impala).
@@ -189,26 +236,87 @@ def test_our_learner_trains_on_items_from_acme_actor_and_adder():
           spec, extras_spec=extra_spec, sequence_length=T + 1))
   server = reverb.Server([table], port=None)
   address = f'localhost:{server.port}'
-  adder = acme_adders.SequenceAdder(client=reverb.Client(address),
-                                    period=T, sequence_length=T + 1)
+  client = reverb.Client(address)
+  adder = acme_adders.SequenceAdder(client=client, period=T,
+                                    sequence_length=T + 1)
+  assert adder._end_of_episode_behavior is acme_adders.EndBehavior.ZERO_PAD  # pylint: disable=protected-access
   acme_actor = acme_acting.IMPALAActor(net, adder)
   acme.EnvironmentLoop(env, acme_actor, should_update=False).run(
-      num_steps=300)
-  ds = datasets.make_reverb_dataset(server_address=address, batch_size=B,
+      num_steps=500)
+  num_items = client.server_info()[
+      acme_adders.DEFAULT_PRIORITY_TABLE].current_size
+  assert num_items >= 3 * B
+  ds = datasets.make_reverb_dataset(server_address=address,
+                                    batch_size=num_items,
                                     num_parallel_calls=1)
+  items = tf2_utils.to_numpy(next(iter(ds)).data)  # Every item, in order.
+  del adder
+  server.stop()
+
+  # The first learner batch: one item ending in a terminal then ZERO_PAD,
+  # one ending in a truncation then ZERO_PAD, the first item of an episode
+  # and one from an episode's middle (its recorded LSTM state nonzero).
+  kinds = _zero_pad_rows(items)
+  start0 = items.start_of_episode[:, 0]
+  hidden0 = items.extras['core_state'].hidden[:, 0]
+  whole = [b for b in range(num_items) if kinds[b] is None and
+           not items.start_of_episode[b].any() and
+           not np.all(items.extras['logits'][b] == 0, axis=-1).any()]
+  assert 'terminal' in kinds and 'truncation' in kinds and whole, (
+      'the run should end episodes inside items both ways, and have an item '
+      f'inside an episode: {collections.Counter(kinds)}')
+  rows = [kinds.index('terminal'), kinds.index('truncation'),
+          int(np.flatnonzero(start0)[0]), whole[0]]
+  assert np.any(hidden0[rows[3]] != 0)
+  assert len(set(rows)) == B
+  rest = [b for b in range(num_items) if b not in rows]
+  select = lambda idx: tf.nest.map_structure(
+      lambda x: tf.constant(x[idx]), items)
+  batch = select(rows)
+  later = [select(rest[:B]), select(rest[B:2 * B])]
+
+  # The batch really holds ZERO_PAD padding after both kinds of episode end:
+  # steps after a discount-0 step with no episode start, all zeros.
+  assert _zero_pad_rows(batch)[:2] == ['terminal', 'truncation']
+  for b in (0, 1):
+    dummy = np.flatnonzero(np.all(
+        batch.extras['logits'][b].numpy() == 0, axis=-1))[0]
+    assert batch.discount[b, dummy] == 0
+    assert not batch.start_of_episode[b, dummy:].numpy().any()
+    assert dummy + 1 <= T
+    assert np.all(batch.observation.observation[b, dummy + 1:].numpy() == 0)
+
+  # The independent reference, on the weights the first update starts from.
+  expected, mask = learner_reference.learner_loss(net, batch, config)
+  got_mask = learning.valid_transitions(
+      tf.transpose(batch.start_of_episode),
+      tf.transpose(batch.discount[:, :-1]),
+      tf.transpose(batch.extras['logits'][:, :-1], [1, 0, 2])).numpy().T
+  np.testing.assert_array_equal(got_mask, mask)
+  assert 0 < mask.sum() < B * T  # Padding was masked out, real steps kept.
+
   logger = _ListLogger()
-  learner = learning.IMPALALearner(net, iter(ds), config, logger=logger)
+  learner = learning.IMPALALearner(net, iter([batch] + later), config,
+                                   logger=logger)
   before = [v.numpy().copy() for v in net.trainable_variables]
   for _ in range(3):
     learner.step()
   after = [v.numpy() for v in net.trainable_variables]
   assert any(not np.allclose(a, b) for a, b in zip(before, after))
   assert np.isfinite(logger.rows[-1]['loss'])
+  # The data is on-policy (pi = mu up to float rounding), so every rho sits
+  # on the clipping threshold 1 and which side of it the reference's float64
+  # ratios land on is rounding: clipped_rho_fraction is left out.
+  learner_reference.assert_logged_matches(
+      logger.rows[0], expected,
+      keys=tuple(k for k in learner_reference.LOSS_KEYS +
+                 learner_reference.DIAGNOSTIC_KEYS
+                 if k != 'clipped_rho_fraction'))
   # Same network, data just written: on-policy, so no rho was clipped at
-  # the first update (the learner has not moved yet).
+  # the first update (the learner has not moved yet; its unroll reproduces
+  # the actor's float32 logits).
+  np.testing.assert_allclose(logger.rows[0]['mean_rho'], 1., atol=1e-5)
   assert logger.rows[0]['clipped_rho_fraction'] == 0.
-  del adder
-  server.stop()
 
 
 def test_trust_region_rejects_off_policy_transitions(filled_queue):
@@ -230,10 +338,13 @@ def test_trust_region_rejects_off_policy_transitions(filled_queue):
 
 
 def test_entropy_on_online_rows_only(filled_queue):
-  """With f = 0.5 the second half of the batch is 'replayed': entropy is
-  then measured on the first half only."""
+  """The batch says which rows are online (types.Batch.online); with
+  entropy_on_online_only the entropy is measured on those rows only."""
   server, spec, config = filled_queue
-  batch = _batches(server, 1)[0]
+  sample = _batches(server, 1)[0]
+  batch = types.Batch(data=sample.data,
+                      online=tf.constant([True] * (B // 2) +
+                                         [False] * (B - B // 2)))
   entropies = {}
   for online_only in (False, True):
     cfg = config.replace(replay_fraction=0.5,
@@ -243,7 +354,7 @@ def test_entropy_on_online_rows_only(filled_queue):
                                      iter([batch]), cfg, logger=logger)
     learner.step()
     entropies[online_only] = logger.rows[0]['entropy']
-  half = tf.nest.map_structure(lambda x: x[:B // 2], batch.data)
+  half = tf.nest.map_structure(lambda x: x[:B // 2], sample.data)
   cfg = config.replace(replay_fraction=0.)
   logger = _ListLogger()
   learning.IMPALALearner(_network(cfg, spec, seed=5), iter([half]), cfg,
