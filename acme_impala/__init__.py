@@ -14,3 +14,41 @@ import os as _os
 # TensorFlow sets this variable itself on import; setting it first makes the
 # context eager from its creation. Child processes inherit it.
 _os.environ.setdefault('TF2_BEHAVIOR', '1')
+
+# The public API, imported on first use: `import acme_impala` stays cheap (a
+# program's --help does not pay for TensorFlow), and
+# `acme_impala.IMPALALearner` works as an attribute.
+_EXPORTS = {
+    'IMPALAConfig': 'config',
+    'ConfigError': 'config',
+    'get_config': 'configs',
+    'IMPALABuilder': 'builder',
+    'IMPALALearner': 'learning',
+    'IMPALAActor': 'acting',
+    'BatchedIMPALAActor': 'acting',
+    'TrajectoryAdder': 'adders',
+    'BatchedTrajectoryAdder': 'adders',
+    'IMPALA': 'agent',
+    'Batch': 'types',
+    'RunOptions': 'program',
+    'prepare_run': 'program',
+    'build_program': 'program',
+    'make_program': 'program',
+    'make_sweep_program': 'sweep',
+    'launch_and_wait': 'launch',
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+  if name not in _EXPORTS:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  import importlib  # pylint: disable=g-import-not-at-top
+  value = getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'),
+                  name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_EXPORTS))

@@ -6,7 +6,8 @@ and the LSTM state *before* the step (so item[0]'s `core_state` is the state at
 the start of the sequence), in Acme's own extras layout (`logits`,
 `core_state`), so that Acme's IMPALA learner can read what this actor writes.
 Optionally it also records `policy_version`, the learner step of the weights
-that acted, from which the learner measures policy lag.
+that acted, and `agent_id`, the agent of a sweep they belong to, from which
+the learner measures policy lag and replay staleness.
 """
 
 import time
@@ -14,7 +15,7 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from acme import adders
 from acme import core
-from acme import types
+from acme import types as acme_types
 from acme.tf import utils as tf2_utils
 from acme.tf import variable_utils as tf2_variable_utils
 from absl import logging
@@ -24,11 +25,8 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
-from acme_impala import adders as adders_lib
-
-# Names under which IMPALALearner.get_variables serves its state.
-POLICY_VARIABLES = 'policy'
-LEARNER_STEPS = 'learner_steps'
+from acme_impala import compat
+from acme_impala import types
 
 
 def sample_categorical(rng: np.random.Generator, logits: np.ndarray
@@ -64,7 +62,7 @@ class _TolerantUpdates:
     except Exception as error:  # pylint: disable=broad-except
       # Acme's VariableClient keeps a failed future and would re-raise it on
       # every call: drop it so that the next update asks again.
-      self._client._future = None  # pylint: disable=protected-access
+      compat.forget_failed_variable_update(self._client)
       now = time.time()
       if self._failing_since is None:
         self._failing_since = now
@@ -82,9 +80,9 @@ def make_variable_client(
 ) -> tf2_variable_utils.VariableClient:
   """An Acme VariableClient refreshing `network` (and the policy version)."""
   variables: Dict[str, Sequence[tf.Variable]] = {
-      POLICY_VARIABLES: network.variables}
+      types.POLICY_VARIABLES: network.variables}
   if policy_version is not None:
-    variables[LEARNER_STEPS] = [policy_version]
+    variables[types.LEARNER_STEPS] = [policy_version]
   return tf2_variable_utils.VariableClient(
       source, variables, update_period=update_period)
 
@@ -99,6 +97,7 @@ class IMPALAActor(core.Actor):
       variable_client: Optional[tf2_variable_utils.VariableClient] = None,
       *,
       policy_version: Optional[tf.Variable] = None,
+      agent_id: int = 0,
       seed: Optional[int] = None,
   ):
     """Creates the actor.
@@ -110,7 +109,9 @@ class IMPALAActor(core.Actor):
         VariableSource; its update_period sets how often.
       policy_version: optional int64 scalar variable kept up to date by the
         variable client with the learner step of the weights; when given it
-        is written to extras['policy_version'].
+        is written to extras['policy_version'], with `agent_id`.
+      agent_id: which agent of a sweep the weights belong to, written to
+        extras['agent_id'] beside the policy version.
       seed: seed of the action sampler.
     """
     self._network = network
@@ -118,6 +119,7 @@ class IMPALAActor(core.Actor):
     self._variable_client = (_TolerantUpdates(variable_client)
                              if variable_client else None)
     self._policy_version = policy_version
+    self._agent_id = agent_id
     self._rng = np.random.default_rng(seed)
     # One graph call per step: the per-call floor of TF dominates otherwise.
     self._policy = tf.function(network.__call__)
@@ -125,7 +127,7 @@ class IMPALAActor(core.Actor):
     self._prev_state = None
     self._prev_logits = None
 
-  def select_action(self, observation: types.NestedArray) -> np.ndarray:
+  def select_action(self, observation: acme_types.NestedArray) -> np.ndarray:
     batched = tf2_utils.add_batch_dim(observation)
     if self._state is None:
       self._state = self._network.initial_state(1)
@@ -142,15 +144,17 @@ class IMPALAActor(core.Actor):
     # `start_of_episode` steps in the same way.
     self._state = None
 
-  def observe(self, action: types.NestedArray,
+  def observe(self, action: acme_types.NestedArray,
               next_timestep: dm_env.TimeStep):
     if not self._adder:
       return
-    extras = {'logits': self._prev_logits, 'core_state': self._prev_state}
+    extras = {types.LOGITS: self._prev_logits,
+              types.CORE_STATE: self._prev_state}
     extras = tf2_utils.to_numpy_squeeze(extras)
     if self._policy_version is not None:
-      extras['policy_version'] = np.asarray(
+      extras[types.POLICY_VERSION] = np.asarray(
           self._policy_version.numpy(), dtype=np.int64)
+      extras[types.AGENT_ID] = np.int32(self._agent_id)
     self._adder.add(np.asarray(action, dtype=np.int32), next_timestep, extras)
 
   def update(self, wait: bool = False):
@@ -160,146 +164,104 @@ class IMPALAActor(core.Actor):
 
 def extras_spec(network: snt.RNNCore, num_actions: int,
                 record_policy_version: bool = True
-                ) -> Mapping[str, types.NestedSpec]:
-  """The extras an IMPALAActor writes, as unbatched specs (for signatures)."""
+                ) -> Mapping[str, acme_types.NestedSpec]:
+  """The extras an IMPALAActor writes, as unbatched specs (for signatures).
+
+  With `record_policy_version` the actor also writes the policy version and
+  its agent's id (the two identify the weights that acted).
+  """
+  core_state = tree.map_structure(
+      lambda t: tf.TensorSpec(t.shape, t.dtype),
+      tf2_utils.squeeze_batch_dim(network.initial_state(1)))
   spec = {
-      'core_state': tf2_utils.squeeze_batch_dim(network.initial_state(1)),
-      'logits': tf.TensorSpec([num_actions], tf.float32),
+      types.CORE_STATE: core_state,
+      types.LOGITS: tf.TensorSpec([num_actions], tf.float32),
   }
-  spec['core_state'] = tree.map_structure(
-      lambda t: tf.TensorSpec(t.shape, t.dtype), spec['core_state'])
   if record_policy_version:
-    spec['policy_version'] = tf.TensorSpec([], tf.int64)
+    spec[types.POLICY_VERSION] = tf.TensorSpec([], tf.int64)
+    spec[types.AGENT_ID] = tf.TensorSpec([], tf.int32)
   return spec
 
 
 class BatchedIMPALAActor:
   """Acts in K environments with one policy call per step (batched inference).
 
-  Each environment keeps its own row of the LSTM state and its own stream of
-  items, so the items in Reverb are exactly those K single-environment
-  IMPALAActors would write; only the network call is shared, which amortises
-  TF's per-call cost (about 0.5 ms here) over K environments.
+  Each environment keeps its own row of the LSTM state, and the batched adder
+  keeps one stream of items per environment, so the items in Reverb are
+  exactly those K single-environment IMPALAActors would write; only the
+  network call is shared, which amortises TF's per-call cost (about 0.5 ms
+  here) over K environments.
 
-  Items are written either through one `adders_lib.BatchedTrajectoryAdder`
-  (`adder=`: each step is added as one [K, ...] batch, with no per-environment
-  Python work) or through any K Acme adders (`adders=`, one per environment).
+  The adder is any `adders.BatchedAdder` (`BatchedTrajectoryAdder`, or
+  `PerStreamAdders` over K Acme adders); the actor hands it the K steps'
+  actions, timesteps and extras, and the adder builds its own steps.
   """
 
   def __init__(
       self,
       network: snt.RNNCore,
       num_envs: int,
-      adders: Optional[Sequence[adders.Adder]] = None,
+      adder=None,
       variable_client: Optional[tf2_variable_utils.VariableClient] = None,
       *,
-      adder: Optional[adders_lib.BatchedTrajectoryAdder] = None,
       policy_version: Optional[tf.Variable] = None,
+      agent_id: int = 0,
       seed: Optional[int] = None,
   ):
-    if adders is not None and len(adders) != num_envs:
-      raise ValueError(f'Got {len(adders)} adders for num_envs={num_envs}; '
-                       'expected one adder per environment.')
-    if adders is not None and adder is not None:
-      raise ValueError('Pass either `adders` (one per environment) or one '
-                       'batched `adder`, not both.')
     if adder is not None and adder.num_streams != num_envs:
       raise ValueError(f'The batched adder has {adder.num_streams} streams '
                        f'for num_envs={num_envs}; expected equal numbers.')
     self._network = network
     self._num_envs = num_envs
-    self._adders = adders
-    self._batched_adder = adder
+    self._adder = adder
     self._variable_client = (_TolerantUpdates(variable_client)
                              if variable_client else None)
     self._policy_version = policy_version
+    self._agent_ids = np.full(num_envs, agent_id, np.int32)
     self._rng = np.random.default_rng(seed)
     self._policy = tf.function(network.__call__)
     self._zero_state = tf2_utils.to_numpy(network.initial_state(num_envs))
     self._state = tree.map_structure(np.copy, self._zero_state)
-    self._starts = np.zeros(num_envs, bool)
-    self._prev_observations = None
-    self._prev_state = None
-    self._prev_logits = None
-    self._prev_version = None
+    self._extras = None
 
   @property
   def num_envs(self) -> int:
     return self._num_envs
 
-  def select_actions(self, observations: Sequence[types.NestedArray]
+  def select_actions(self, observations: Sequence[acme_types.NestedArray]
                      ) -> np.ndarray:
     """[K] actions for the K environments' current observations."""
     batched = tree.map_structure(lambda *xs: np.stack(xs), *observations)
     (logits, _), new_state = self._policy(batched, self._state)
-    self._prev_observations = batched
-    self._prev_logits = logits.numpy()
-    self._prev_state = self._state
+    logits = logits.numpy()
+    extras = {types.LOGITS: logits, types.CORE_STATE: self._state}
     if self._policy_version is not None:
       # Read once per batched step, not once per environment.
-      self._prev_version = np.asarray(self._policy_version.numpy(),
-                                      dtype=np.int64)
+      extras[types.POLICY_VERSION] = np.full(
+          self._num_envs, self._policy_version.numpy(), np.int64)
+      extras[types.AGENT_ID] = self._agent_ids
+    self._extras = extras
     # np.array copies: rows are reset in place at episode starts.
     self._state = tree.map_structure(np.array, new_state)
-    return sample_categorical(self._rng, self._prev_logits)
+    return sample_categorical(self._rng, logits)
 
   def observe_first(self, index: int, timestep: dm_env.TimeStep):
-    if self._adders:
-      self._adders[index].add_first(timestep)
-    self._starts[index] = True
+    """Environment `index` starts an episode: its LSTM row is reset."""
+    if self._adder is not None:
+      self._adder.add_first(index, timestep)
     for state, zero in zip(tree.flatten(self._state),
                            tree.flatten(self._zero_state)):
       state[index] = zero[index]
 
-  def _extras(self, index=None):
-    pick = (lambda x: x) if index is None else (lambda x: x[index])
-    extras = {'logits': pick(self._prev_logits),
-              'core_state': tree.map_structure(pick, self._prev_state)}
-    if self._policy_version is not None:
-      extras['policy_version'] = (
-          self._prev_version if index is not None else
-          np.full(self._num_envs, self._prev_version, np.int64))
-    return extras
-
-  def observe(self, index: int, action: types.NestedArray,
-              next_timestep: dm_env.TimeStep):
-    """Hands environment `index`'s step to its own Acme adder."""
-    if self._batched_adder is not None:
-      raise ValueError('With a batched adder, observe all K environments at '
-                       'once with observe_batch.')
-    if not self._adders:
-      return
-    self._adders[index].add(np.asarray(action, dtype=np.int32),
-                            next_timestep, self._extras(index))
-
-  def observe_batch(self, actions: np.ndarray,
-                    next_timesteps: Sequence[dm_env.TimeStep]):
+  def observe(self, actions: np.ndarray,
+              next_timesteps: Sequence[dm_env.TimeStep]):
     """Records the K environments' steps after `select_actions`.
 
     Call it before `observe_first` for environments that are reset.
     """
-    if self._batched_adder is None:
-      for i, timestep in enumerate(next_timesteps):
-        self.observe(i, actions[i], timestep)
-      self._starts[:] = False
-      return
-    step = {
-        'observation': self._prev_observations,
-        'start_of_episode': self._starts.copy(),
-        'action': np.asarray(actions, dtype=np.int32),
-        'reward': np.stack([np.asarray(ts.reward) for ts in next_timesteps]),
-        'discount': np.stack([np.asarray(ts.discount)
-                              for ts in next_timesteps]),
-        'extras': self._extras(),
-    }
-    self._starts[:] = False
-    ended = [i for i, ts in enumerate(next_timesteps) if ts.last()]
-    terminal_observations = None
-    if ended:
-      terminal_observations = tree.map_structure(
-          lambda *xs: np.stack(xs),
-          *[next_timesteps[i].observation for i in ended])
-    self._batched_adder.add_batch(step, ended, terminal_observations)
+    if self._adder is not None:
+      self._adder.add(np.asarray(actions, dtype=np.int32), next_timesteps,
+                      self._extras)
 
   def update(self, wait: bool = False):
     if self._variable_client:

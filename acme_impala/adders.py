@@ -37,6 +37,8 @@ import numpy as np
 import reverb
 import tree
 
+from acme_impala import compat
+
 PriorityFn = Optional[Callable[[reverb_base.Trajectory], float]]
 
 
@@ -241,7 +243,13 @@ class TrajectoryAdder(_WindowsWriter, adders.Adder):
 
 
 class BatchedTrajectoryAdder(_WindowsWriter):
-  """K TrajectoryAdder streams fed one [K, ...] step at a time."""
+  """K TrajectoryAdder streams fed one [K, ...] step at a time.
+
+  The batched form of Acme's adder interface: `add_first(index, timestep)`
+  starts stream `index`'s episode, `add(actions, timesteps, extras)` adds
+  one step to every stream. The adder keeps each stream's pending
+  observation (Acme's partial step) and whether it began an episode.
+  """
 
   def __init__(
       self,
@@ -261,32 +269,109 @@ class BatchedTrajectoryAdder(_WindowsWriter):
     self._windows = _Windows(client, num_streams, sequence_length, period,
                              priority_fns, max_in_flight_items,
                              get_signature_timeout_ms)
+    self._observations = None  # Pending observations, a nest of [K, ...].
+    self._starts = np.zeros(num_streams, bool)
+    self._pending = np.zeros(num_streams, bool)
 
   @property
   def num_streams(self) -> int:
     return self._k
 
-  def add_batch(self, step: Mapping[str, Any],
-                terminal_streams: Sequence[int] = (),
-                terminal_observations: Any = None):
-    """Adds one step to every stream, then terminal steps where episodes end.
+  def add_first(self, index: int, timestep: dm_env.TimeStep):
+    """Starts an episode in stream `index`."""
+    if not timestep.first():
+      raise ValueError('adder.add_first expects a first timestep (one for '
+                       f'which timestep.first() is True), got step_type='
+                       f'{timestep.step_type!r} for stream {index}.')
+    if self._observations is None:
+      self._observations = tree.map_structure(
+          lambda x: np.zeros((self._k,) + np.shape(x), np.asarray(x).dtype),
+          timestep.observation)
+    for pending, value in zip(tree.flatten(self._observations),
+                              tree.flatten(timestep.observation)):
+      pending[index] = value
+    self._starts[index] = True
+    self._pending[index] = True
+
+  def add(self, actions: np.ndarray,
+          next_timesteps: Sequence[dm_env.TimeStep],
+          extras: Any = ()):
+    """Adds one step to every stream: the pending observation, the action
+    taken there, and the reward and discount that followed.
 
     Args:
-      step: {'observation', 'start_of_episode', 'action', 'reward',
-        'discount'[, 'extras']}, each a nest of [K, ...] arrays: the
-        observation each action was taken in, whether that observation began
-        an episode, the action, and the reward and discount that followed.
-      terminal_streams: streams whose episode ended at this step.
-      terminal_observations: their last observations, a nest of
-        [len(terminal_streams), ...] arrays.
+      actions: [K] actions.
+      next_timesteps: the K environments' timesteps after the actions.
+      extras: a nest of [K, ...] arrays (e.g. the behaviour logits).
+    Streams whose episode ended also get Acme's terminal step; call
+    `add_first` for them before their next `add`.
     """
+    if not self._pending.all():
+      missing = np.flatnonzero(~self._pending).tolist()
+      raise ValueError(f'adder.add_first must be called for streams '
+                       f'{missing} before adder.add.')
+    step = {
+        'observation': self._observations,
+        'start_of_episode': self._starts.copy(),
+        'action': actions,
+        'reward': np.stack([np.asarray(ts.reward) for ts in next_timesteps]),
+        'discount': np.stack([np.asarray(ts.discount)
+                              for ts in next_timesteps]),
+    }
+    if _has_extras(extras):
+      step['extras'] = extras
     self._windows.push(step)
-    if len(terminal_streams):  # pylint: disable=g-explicit-length-test
-      streams = np.asarray(terminal_streams, np.int64)
+    self._observations = tree.map_structure(
+        lambda *xs: np.stack(xs), *[ts.observation for ts in next_timesteps])
+    self._starts[:] = False
+    ended = np.asarray([ts.last() for ts in next_timesteps])
+    if ended.any():
+      streams = np.flatnonzero(ended)
       rows = tree.map_structure(
           lambda x: x[streams],
           {key: value for key, value in step.items() if key != 'observation'})
-      self._windows.push(_terminal_step(rows, terminal_observations), streams)
+      terminal = tree.map_structure(lambda x: x[streams], self._observations)
+      self._windows.push(_terminal_step(rows, terminal), streams)
+      self._pending[streams] = False
+
+
+class PerStreamAdders:
+  """K single-environment Acme adders behind the batched adder interface.
+
+  Lets the batched actor write through any Acme adder (e.g. Acme's own
+  SequenceAdder, config.adder='acme_sequence'), one per environment.
+  """
+
+  def __init__(self, adders_: Sequence[adders.Adder]):
+    self._adders = list(adders_)
+
+  @property
+  def num_streams(self) -> int:
+    return len(self._adders)
+
+  @property
+  def adders(self) -> List[adders.Adder]:
+    return list(self._adders)
+
+  def add_first(self, index: int, timestep: dm_env.TimeStep):
+    self._adders[index].add_first(timestep)
+
+  def add(self, actions: np.ndarray,
+          next_timesteps: Sequence[dm_env.TimeStep], extras: Any = ()):
+    for i, (adder, timestep) in enumerate(zip(self._adders, next_timesteps)):
+      row = tree.map_structure(lambda x, i=i: x[i], extras)
+      adder.add(actions[i], timestep, row)
+
+  def flush(self, timeout_ms: Optional[int] = None):
+    for adder in self._adders:
+      writer = compat.acme_adder_writer(adder)
+      if writer is not None:
+        writer.flush(0, timeout_ms=timeout_ms)
+
+  def close(self, timeout_ms: Optional[int] = None):
+    del timeout_ms  # Acme's adders close without waiting (see close_adder).
+    for adder in self._adders:
+      close_adder(adder)
 
 
 def close_adder(adder) -> None:
@@ -297,13 +382,7 @@ def close_adder(adder) -> None:
   actor would then hold the process for 80 s, past Launchpad's termination
   notice. Pending items are dropped, as they would be on any stop.
   """
-  if isinstance(adder, _WindowsWriter):
+  if isinstance(adder, (_WindowsWriter, PerStreamAdders)):
     adder.close()
-    return
-  writer = getattr(adder, '_ReverbAdder__writer', None)
-  if writer is not None:
-    try:
-      writer.close()
-    except Exception:  # pylint: disable=broad-except
-      pass
-    adder._ReverbAdder__writer = None  # pylint: disable=protected-access
+  else:
+    compat.close_acme_adder(adder)

@@ -1,15 +1,23 @@
-"""IMPALABuilder: the agent's components, with Acme's builder method names.
+"""IMPALABuilder: the one place that makes the agent's components.
 
-`make_replay_tables`, `make_dataset_iterator`, `make_adder`, `make_actor` and
-`make_learner` build the pieces that `acme_impala.program.make_program` wires
-into a Launchpad graph; each can also be used on its own, e.g. to put our
+With Acme's builder method names, `IMPALABuilder` makes the Reverb tables
+(the FIFO trajectory queue and LASER's replay), the learner's data iterator,
+the adders, the actors and the learner. The single-process agent
+(`agent.IMPALA`) and every distributed program (`program.build_program`) are
+assembled from it, and it is the only module that knows Reverb: table names
+(from `types`), the trajectory signature, which adder writes, and how the
+learner reads. Each piece can also be used on its own, e.g. to put our
 learner or actor into another Acme agent.
 """
 
-from typing import Iterator, List, Optional, Sequence
+import queue
+import threading
+from typing import Callable, Iterator, List, Optional
 
+from acme import adders as acme_adders
 from acme import core
 from acme import specs
+from acme.adders import reverb as acme_reverb
 from acme.tf import utils as tf2_utils
 from acme.utils import counting
 from acme.utils import loggers
@@ -19,49 +27,177 @@ import tree
 
 from acme_impala import acting
 from acme_impala import adders as adders_lib
-from acme_impala import agent as agent_lib
 from acme_impala import config as config_lib
 from acme_impala import learning
 from acme_impala import networks as networks_lib
-
-QUEUE_TABLE = agent_lib.QUEUE_TABLE
-REPLAY_TABLE = 'replay'
+from acme_impala import types
 
 
-class MixedIterator:
-  """Concatenates an online batch [B(1-f), ...] and a replay batch [Bf, ...].
+class MixedBatches:
+  """Learner batches: `num_online` rows from the queue, then `num_replayed`
+  sampled from the replay, with the rows' origin said by `types.Batch.online`.
 
-  Rows [0, B(1-f)) of every batch are online, the rest replayed (the learner
-  relies on this order). Either part may be absent (f = 0 or f = 1).
+  Every online trajectory is learned from exactly once. Reverb removes a
+  queue item when it is sampled, so rows already read are never dropped:
+  the online dataset hands over partial batches when its wait times out
+  (`drop_remainder=False`), and rows read while the replay part is not ready
+  (e.g. below `min_replay_size`) wait here for the next call. A wait that
+  times out raises StopIteration; the next call resumes where it stopped,
+  rebuilding only the dataset that ended.
   """
 
-  def __init__(self, online: Optional[Iterator], replay: Optional[Iterator]):
-    self._online = online
-    self._replay = replay
+  def __init__(self, make_online: Optional[Callable[[], Iterator]],
+               make_replay: Optional[Callable[[], Iterator]],
+               num_online: int, num_replayed: int):
+    self._make_online = make_online
+    self._make_replay = make_replay
+    self._num_online = num_online
+    self._num_replayed = num_replayed
+    self._online = None
+    self._replay = None
+    self._rows: List = []  # Online rows read but not yet learned from.
+    self._num_rows = 0
+
+  def __iter__(self):
+    return self
+
+  @staticmethod
+  def _next(iterator):
+    sample = next(iterator)
+    return sample.data if isinstance(sample, reverb.ReplaySample) else sample
+
+  def _fill_online(self):
+    """Reads queue rows until a full online part is held."""
+    while self._num_rows < self._num_online:
+      if self._online is None:
+        self._online = self._make_online()
+      try:
+        part = self._next(self._online)
+      except StopIteration:
+        self._online = None  # Ended by its timeout, nothing held back.
+        raise
+      self._rows.append(part)
+      self._num_rows += int(tree.flatten(part)[0].shape[0])
+
+  def _take_online(self):
+    rows = (self._rows[0] if len(self._rows) == 1 else tree.map_structure(
+        lambda *xs: tf.concat(xs, axis=0), *self._rows))
+    n = self._num_online
+    self._num_rows -= n
+    self._rows = ([tree.map_structure(lambda x: x[n:], rows)]
+                  if self._num_rows else [])
+    return tree.map_structure(lambda x: x[:n], rows)
+
+  def __next__(self) -> types.Batch:
+    parts = []
+    self._fill_online()
+    if self._num_replayed:
+      if self._replay is None:
+        self._replay = self._make_replay()
+      try:
+        replayed = self._next(self._replay)
+      except StopIteration:
+        self._replay = None  # Sampling does not remove: nothing is lost.
+        raise
+    # Online rows leave `_rows` only once the whole batch is there.
+    if self._num_online:
+      parts.append(self._take_online())
+    if self._num_replayed:
+      parts.append(replayed)
+    data = parts[0] if len(parts) == 1 else tree.map_structure(
+        lambda a, b: tf.concat([a, b], axis=0), *parts)
+    online = tf.constant([True] * self._num_online +
+                         [False] * self._num_replayed)
+    return types.Batch(data=data, online=online)
+
+
+class BackgroundIterator:
+  """Reads an iterator in a daemon thread; `next` never blocks a stop.
+
+  A tf.data read from Reverb can block without end once the server is gone;
+  the learner's main loop instead polls this queue and returns promptly when
+  the program stops (the daemon reader dies with the process). The wrapped
+  iterator's StopIteration means "nothing within its timeout": it is asked
+  again (MixedBatches resumes without losing rows).
+  """
+
+  def __init__(self, iterator: Iterator, should_stop: Callable[[], bool],
+               capacity: int = 2):
+    self._iterator = iterator
+    self._should_stop = should_stop
+    self._queue = queue.Queue(maxsize=capacity)
+    self._thread = threading.Thread(target=self._fill, daemon=True,
+                                    name='learner-data')
+    self._thread.start()
+
+  def _fill(self):
+    try:
+      while not self._should_stop():
+        try:
+          item = next(self._iterator)
+        except StopIteration:
+          continue
+        while not self._should_stop():
+          try:
+            self._queue.put(item, timeout=0.5)
+            break
+          except queue.Full:
+            continue
+    except Exception as error:  # pylint: disable=broad-except
+      self._queue.put(error)
 
   def __iter__(self):
     return self
 
   def __next__(self):
-    parts = [next(it).data for it in (self._online, self._replay) if it]
-    if len(parts) == 1:
-      return parts[0]
-    return tree.map_structure(lambda a, b: tf.concat([a, b], axis=0), *parts)
+    while True:
+      if self._should_stop():
+        raise StopIteration
+      try:
+        item = self._queue.get(timeout=0.5)
+      except queue.Empty:
+        continue
+      if isinstance(item, Exception):
+        raise item
+      return item
 
 
 class IMPALABuilder:
-  """Builds IMPALA's Reverb tables, dataset, adder, actor and learner."""
+  """Builds IMPALA's Reverb tables, data iterator, adders, actors, learner."""
 
   def __init__(self, config: config_lib.IMPALAConfig,
                environment_spec: specs.EnvironmentSpec,
-               queue_table: str = QUEUE_TABLE,
-               replay_table: str = REPLAY_TABLE):
-    """Table names are parameters so that agents of a sweep can each have
-    their own queue and share one replay table in one Reverb server."""
+               agent_id: int = 0,
+               queue_table: str = types.QUEUE_TABLE,
+               replay_table: str = types.REPLAY_TABLE):
+    """Creates the builder.
+
+    Args:
+      config: the agent's hyperparameters.
+      environment_spec: the environment's specs.
+      agent_id: this agent's index within a sweep; its actors record it with
+        every step, so that a learner reading a shared replay can tell its
+        own agent's trajectories apart.
+      queue_table, replay_table: table names; agents of a sweep each have
+        their own queue and may share one replay table in one Reverb server.
+    """
     self._config = config
     self._spec = environment_spec
+    self._agent_id = agent_id
     self._queue_table = queue_table
     self._replay_table = replay_table
+
+  @property
+  def config(self) -> config_lib.IMPALAConfig:
+    return self._config
+
+  @property
+  def environment_spec(self) -> specs.EnvironmentSpec:
+    return self._spec
+
+  @property
+  def agent_id(self) -> int:
+    return self._agent_id
 
   @property
   def uses_queue(self) -> bool:
@@ -72,12 +208,17 @@ class IMPALABuilder:
     return self._config.num_replayed > 0
 
   @property
-  def config(self) -> config_lib.IMPALAConfig:
-    return self._config
+  def queue_table(self) -> Optional[str]:
+    return self._queue_table if self.uses_queue else None
 
   @property
-  def environment_spec(self) -> specs.EnvironmentSpec:
-    return self._spec
+  def replay_table(self) -> Optional[str]:
+    return self._replay_table if self.uses_replay else None
+
+  @property
+  def table_names(self) -> List[str]:
+    """The tables this agent's actors write each trajectory into."""
+    return [t for t in (self.queue_table, self.replay_table) if t]
 
   def make_network(self) -> networks_lib.IMPALANetwork:
     """A network with its variables created (same order in every process)."""
@@ -85,6 +226,15 @@ class IMPALABuilder:
                                     self._spec.actions.num_values)
     tf2_utils.create_variables(net, [self._spec.observations])
     return net
+
+  def trajectory_signature(self, network=None):
+    """The Reverb signature of the trajectory items (Acme's SequenceAdder)."""
+    network = network or self.make_network()
+    extras = acting.extras_spec(network, self._spec.actions.num_values,
+                                self._config.record_policy_version)
+    return acme_reverb.SequenceAdder.signature(
+        self._spec, extras_spec=extras,
+        sequence_length=self._config.sequence_length)
 
   def make_replay_tables(self, include_replay: bool = True
                          ) -> List[reverb.Table]:
@@ -100,8 +250,7 @@ class IMPALABuilder:
     made once, by `make_replay_table`).
     """
     cfg = self._config
-    signature = agent_lib.queue_signature(self._spec, self.make_network(),
-                                          cfg)
+    signature = self.trajectory_signature()
     tables = []
     if self.uses_queue:
       tables.append(reverb.Table.queue(name=self._queue_table,
@@ -113,106 +262,132 @@ class IMPALABuilder:
 
   def make_replay_table(self, signature=None) -> reverb.Table:
     cfg = self._config
-    if signature is None:
-      signature = agent_lib.queue_signature(self._spec, self.make_network(),
-                                            cfg)
     return reverb.Table(
         name=self._replay_table,
         sampler=reverb.selectors.Uniform(),
         remover=reverb.selectors.Fifo(),
         max_size=cfg.replay_capacity,
         rate_limiter=reverb.rate_limiters.MinSize(cfg.min_replay_size),
-        signature=signature)
+        signature=signature or self.trajectory_signature())
 
-  def _table_iterator(self, server_address, table, batch_size, timeout_ms):
+  def _table_dataset(self, server_address: str, table: str, batch_size: int,
+                     timeout_ms: int, drop_remainder: bool) -> Iterator:
     dataset = reverb.TrajectoryDataset.from_table_signature(
         server_address=server_address,
         table=table,
         max_in_flight_samples_per_worker=2 * batch_size,
         num_workers_per_iterator=1,
         rate_limiter_timeout_ms=timeout_ms)
-    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
     if self._config.prefetch_size:
       dataset = dataset.prefetch(self._config.prefetch_size)
     return iter(dataset)
 
-  def make_dataset_iterator(self, server_address: str,
-                            timeout_ms: int = 2000) -> Iterator:
-    """Batches of [B, T+1] trajectories: B(1-f) online rows, then Bf replayed.
+  def make_dataset_iterator(
+      self, server_address: str, timeout_ms: int = 2000,
+      should_stop: Optional[Callable[[], bool]] = None) -> Iterator:
+    """`types.Batch`es of [B, T+1] items: B(1-f) online rows, then Bf replayed.
 
     `timeout_ms` bounds each wait for data: when a table has nothing to give
-    for that long, the iterator ends (StopIteration) instead of blocking
-    forever, so the learner can check whether the program is stopping.
+    for that long, `next` raises StopIteration and the next call resumes
+    (no row taken from the queue is lost). With `should_stop`, the iterator
+    reads in a background thread and `next` returns (StopIteration) within
+    0.5 s of `should_stop()` turning True, however Reverb behaves.
     """
     cfg = self._config
-    online = replay = None
+    make_online = make_replay = None
     if self.uses_queue:
-      online = self._table_iterator(server_address, self._queue_table,
-                                    cfg.num_online, timeout_ms)
+      # Partial batches are handed over at a timeout, not dropped: the
+      # queue has already removed those items.
+      make_online = lambda: self._table_dataset(
+          server_address, self._queue_table, cfg.num_online, timeout_ms,
+          drop_remainder=False)
     if self.uses_replay:
-      replay = self._table_iterator(server_address, self._replay_table,
-                                    cfg.num_replayed, timeout_ms)
-    return MixedIterator(online, replay)
+      make_replay = lambda: self._table_dataset(
+          server_address, self._replay_table, cfg.num_replayed, timeout_ms,
+          drop_remainder=True)
+    batches = MixedBatches(make_online, make_replay, cfg.num_online,
+                           cfg.num_replayed)
+    if should_stop is None:
+      return batches
+    return BackgroundIterator(batches, should_stop)
+
+  def _single_adder(self, client: reverb.Client) -> acme_adders.Adder:
+    """Writes [T+1]-step items every T steps, across episode boundaries.
+
+    Consecutive items overlap by one step so that every transition is learned
+    from exactly once, with its bootstrap observation. CONTINUE keeps writing
+    through episode ends, as the paper's actors do (n steps regardless of
+    episodes): no zero-padding, so no wasted learner compute on short
+    episodes. `config.adder` picks our one-append-per-item TrajectoryAdder or
+    Acme's SequenceAdder; the items are the same.
+    """
+    cfg = self._config
+    priority_fns = {name: None for name in self.table_names}
+    if cfg.adder == 'trajectory':
+      return adders_lib.TrajectoryAdder(
+          client, sequence_length=cfg.sequence_length,
+          period=cfg.unroll_length, priority_fns=priority_fns)
+    return acme_reverb.SequenceAdder(
+        client=client, sequence_length=cfg.sequence_length,
+        period=cfg.unroll_length, priority_fns=priority_fns,
+        end_of_episode_behavior=acme_reverb.EndBehavior.CONTINUE)
 
   def make_adder(self, replay_client: reverb.Client, num_envs: int = 1):
     """Writes each trajectory once; the queue and replay items reference
     the same data in Reverb (one item per table, no second copy).
 
     With num_envs == 1, one Acme adder. With K > 1 environments per actor,
-    one BatchedTrajectoryAdder (config.adder == 'trajectory') or a list of
-    K Acme SequenceAdders ('acme_sequence'); both write the items of K
+    one batched adder (`add_first(index, timestep)`,
+    `add(actions, timesteps, extras)`): a BatchedTrajectoryAdder
+    (config.adder == 'trajectory') or K Acme SequenceAdders behind
+    `PerStreamAdders` ('acme_sequence'); both write the items of K
     single-environment adders.
     """
-    tables = []
-    if self.uses_queue:
-      tables.append(self._queue_table)
-    if self.uses_replay:
-      tables.append(self._replay_table)
     cfg = self._config
-    if num_envs > 1 and cfg.adder == 'trajectory':
+    if num_envs == 1:
+      return self._single_adder(replay_client)
+    if cfg.adder == 'trajectory':
       return adders_lib.BatchedTrajectoryAdder(
           replay_client, num_envs, sequence_length=cfg.sequence_length,
           period=cfg.unroll_length,
-          priority_fns={name: None for name in tables})
-    made = [agent_lib.make_sequence_adder(replay_client, cfg, tables=tables)
-            for _ in range(num_envs)]
-    return made[0] if num_envs == 1 else made
+          priority_fns={name: None for name in self.table_names})
+    return adders_lib.PerStreamAdders(
+        [self._single_adder(replay_client) for _ in range(num_envs)])
 
   def make_actor(
       self,
       network: networks_lib.IMPALANetwork,
-      adder_or_adders=None,
+      adder=None,
       variable_source: Optional[core.VariableSource] = None,
       seed: Optional[int] = None,
       num_envs: int = 1,
+      policy_version: Optional[tf.Variable] = None,
   ):
     """An IMPALAActor (num_envs == 1) or a BatchedIMPALAActor.
 
     With a variable source, the actor refreshes its weights (and the policy
-    version it records) every `variable_update_period` actor steps.
+    version it records) every `variable_update_period` actor steps. Without
+    one, `policy_version` is the variable it records (e.g. the learner's step
+    counter when actor and learner share the network).
     """
     cfg = self._config
-    version = None
-    if cfg.record_policy_version or variable_source is not None:
-      version = tf.Variable(0, dtype=tf.int64, trainable=False)
+    if policy_version is None and (cfg.record_policy_version or
+                                   variable_source is not None):
+      policy_version = tf.Variable(0, dtype=tf.int64, trainable=False)
     client = None
     if variable_source is not None:
       client = acting.make_variable_client(
-          variable_source, network, cfg.variable_update_period, version)
-    record = version if cfg.record_policy_version else None
+          variable_source, network, cfg.variable_update_period,
+          policy_version)
+    recorded = policy_version if cfg.record_policy_version else None
     if num_envs == 1:
-      adder = adder_or_adders
-      if isinstance(adder, Sequence):
-        adder = adder[0]
-      return acting.IMPALAActor(network, adder, client,
-                                policy_version=record, seed=seed)
-    if isinstance(adder_or_adders, adders_lib.BatchedTrajectoryAdder):
-      return acting.BatchedIMPALAActor(network, num_envs, None, client,
-                                       adder=adder_or_adders,
-                                       policy_version=record, seed=seed)
-    return acting.BatchedIMPALAActor(network, num_envs, adder_or_adders,
-                                     client, policy_version=record,
-                                     seed=seed)
+      return acting.IMPALAActor(network, adder, client, seed=seed,
+                                policy_version=recorded,
+                                agent_id=self._agent_id)
+    return acting.BatchedIMPALAActor(network, num_envs, adder, client,
+                                     seed=seed, policy_version=recorded,
+                                     agent_id=self._agent_id)
 
   def make_learner(
       self,
@@ -222,4 +397,5 @@ class IMPALABuilder:
       logger: Optional[loggers.Logger] = None,
   ) -> learning.IMPALALearner:
     return learning.IMPALALearner(network, iterator, self._config,
-                                  counter=counter, logger=logger)
+                                  counter=counter, logger=logger,
+                                  agent_id=self._agent_id)

@@ -73,9 +73,15 @@ class IMPALAConfig:
   rmsprop_epsilon: float = 0.01
   rmsprop_momentum: float = 0.0
   max_gradient_norm: Optional[float] = 40.0
+  # RMSProp's initial mean square. The paper's optimiser (TF1's
+  # RMSPropOptimizer) starts it at 1; Sonnet's at 0. With epsilon inside the
+  # square root the first few hundred updates differ by orders of magnitude
+  # when gradients are small (lr * g / ~1 instead of lr * g / ~|g|).
+  rmsprop_initial_mean_square: float = 1.0
   lr_anneal_steps: Optional[int] = None
   # Distributed runs: set lr_anneal_steps from the actor-step budget
-  # (Table G.1: "anneal linearly to 0 from beginning to end of training").
+  # (Table G.1: "anneal linearly to 0 from beginning to end of training"),
+  # see learner_steps_for.
   anneal_learning_rate: bool = False
 
   # Learner mechanics.
@@ -145,6 +151,7 @@ class IMPALAConfig:
     _check_float(self, 'rmsprop_decay', 0.0, 1.0)
     _check_float(self, 'rmsprop_epsilon', 0.0, None, open_low=True)
     _check_float(self, 'rmsprop_momentum', 0.0, 1.0)
+    _check_float(self, 'rmsprop_initial_mean_square', 0.0, None)
     _check_float(self, 'max_gradient_norm', 0.0, None, allow_none=True,
                  open_low=True)
     _check_int(self, 'lr_anneal_steps', 1, None, allow_none=True)
@@ -167,6 +174,17 @@ class IMPALAConfig:
     _check_float(self, 'kl_threshold', 0.0, None, allow_none=True,
                  open_low=True)
     _check_bool(self, 'entropy_on_online_only')
+    if self.replay_fraction == 1.0:
+      if self.entropy_on_online_only:
+        raise ConfigError(
+            'IMPALAConfig.entropy_on_online_only=True needs online data, but '
+            'replay_fraction=1.0 takes every row from the replay; use '
+            'replay_fraction < 1 or entropy_on_online_only=False.')
+      if self.anneal_learning_rate and self.lr_anneal_steps is None:
+        raise ConfigError(
+            'IMPALAConfig.anneal_learning_rate=True with replay_fraction=1.0 '
+            'needs lr_anneal_steps: with no online rows, an actor-step budget '
+            'does not imply a number of learner steps.')
     _check_choice(self, 'compile_mode', COMPILE_MODES)
     _check_int(self, 'prefetch_size', 0, None)
     _check_int(self, 'variable_update_period', 1, None)
@@ -188,6 +206,29 @@ class IMPALAConfig:
   def num_online(self) -> int:
     """Trajectories per learner batch taken from the queue: B * (1 - f)."""
     return self.batch_size - self.num_replayed
+
+  def learner_steps_for(self, actor_steps: int) -> int:
+    """Learner steps that consume `actor_steps` environment steps.
+
+    Each learner step takes `num_online` new trajectories of `unroll_length`
+    transitions from the queue; replayed rows are not new data. This is the
+    horizon of learning-rate annealing for an actor-step budget (Table G.1:
+    "anneal linearly to 0 from beginning to end of training").
+    """
+    if self.num_online == 0:
+      raise ConfigError(
+          f'IMPALAConfig.replay_fraction={self.replay_fraction!r} takes no '
+          'online rows, so an actor-step budget implies no number of learner '
+          'steps; set lr_anneal_steps.')
+    per_step = self.num_online * self.unroll_length
+    return max(1, -(-int(actor_steps) // per_step))
+
+  def with_annealing_horizon(self, actor_steps: int) -> 'IMPALAConfig':
+    """This config with `lr_anneal_steps` set from an actor-step budget
+    when `anneal_learning_rate` asks for it and none is given."""
+    if not self.anneal_learning_rate or self.lr_anneal_steps is not None:
+      return self
+    return self.replace(lr_anneal_steps=self.learner_steps_for(actor_steps))
 
   @property
   def sequence_length(self) -> int:

@@ -71,31 +71,3 @@ def parse_overrides(args: Sequence[str]) -> Dict[str, Any]:
                        f'fields: {sorted(known)}.')
     overrides[name] = _parse_value(name, text, hints[name])
   return overrides
-
-
-def run_program(name: str, main) -> None:
-  """absl entry point shared by programs/: strips --config.<field> flags,
-  sets Launchpad defaults, and exits 2 with one line on a bad override.
-
-  `main(argv, overrides)` returns the exit status.
-  """
-  from absl import app  # pylint: disable=g-import-not-at-top
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-
-  argv, overrides_text = split_config_overrides(sys.argv)
-  flags.FLAGS.set_default('lp_launch_type', 'local_mp')
-  # A stop can arrive while the learner compiles its first step (10-20 s on
-  # 2 busy cores), which cannot be interrupted; Launchpad's default notice
-  # (10 s) would then kill the runtime instead of letting it checkpoint.
-  flags.FLAGS.set_default('lp_termination_notice_secs', 30)
-
-  def _main(argv):
-    try:
-      overrides = parse_overrides(overrides_text)
-    except ValueError as error:
-      print(f'{name}: error: {error}', file=sys.stderr)
-      sys.exit(2)
-    sys.exit(main(argv, overrides))
-
-  app.run(_main, argv=argv)

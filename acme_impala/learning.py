@@ -32,10 +32,11 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
-from acme_impala import acting
+from acme_impala import compat
 from acme_impala import config as config_lib
 from acme_impala import losses
 from acme_impala import trust_region
+from acme_impala import types
 from acme_impala import vtrace
 
 
@@ -48,6 +49,105 @@ def _learning_rate(base: float, step: tf.Tensor,
   return base * tf.maximum(0., 1. - frac)
 
 
+def valid_transitions(start_of_episode: tf.Tensor, discounts: tf.Tensor,
+                      behaviour_logits: tf.Tensor) -> tf.Tensor:
+  """Which transitions of a batch of items are real: a [T, B] 0/1 mask.
+
+  Items are Acme `SequenceAdder` windows of T+1 steps; transition t goes from
+  step t to step t+1. Adders write steps the actor never acted in, whose
+  extras (behaviour logits included) are zeros:
+    - the episode's final observation, one "dummy" step after its last
+      transition (with `EndBehavior.CONTINUE` the next episode's first step
+      follows it);
+    - with `EndBehavior.ZERO_PAD` (Acme's default, used by Acme's own IMPALA
+      actor), zero steps after that dummy up to the end of the item.
+  A transition is real unless (a) the next step starts an episode (t is the
+  dummy before it), (b) step t was written by the adder (all behaviour logits
+  exactly 0: no categorical policy network outputs that for a real state),
+  or (c) an earlier step of the same episode segment ended the episode
+  (discount 0) or was written by the adder: everything after a terminal
+  inside an item is padding. (b) is what catches the dummy after a
+  truncation (discount 1) when no episode start follows it.
+
+  Args:
+    start_of_episode: [T+1, B] bool.
+    discounts: [T, B] the environment's discounts (before gamma).
+    behaviour_logits: [T, B, A].
+
+  Returns:
+    [T, B] float32, 1 for transitions to learn from.
+  """
+  start = tf.cast(start_of_episode, tf.bool)
+  filler = tf.reduce_all(tf.equal(behaviour_logits, 0.), axis=-1)  # [T, B]
+  ends = tf.logical_or(tf.equal(discounts, 0.), filler)  # [T, B]
+  # after[t]: a step s < t since the last episode start ended the episode.
+  after = [tf.zeros_like(filler[0])]
+  for t in range(1, filler.shape[0]):
+    after.append(tf.logical_and(tf.logical_or(after[-1], ends[t - 1]),
+                                tf.logical_not(start[t])))
+  after = tf.stack(after)
+  invalid = tf.logical_or(tf.logical_or(start[1:], filler), after)
+  return 1. - tf.cast(invalid, tf.float32)
+
+
+def data_metrics(mask, online, trust_mask, extras, learner_step,
+                 agent_id: int) -> Dict[str, tf.Tensor]:
+  """What the learner logs about its batch (NaN where a metric is undefined).
+
+  Args:
+    mask: [T, B] real transitions (`valid_transitions`).
+    online: [B] float, 1 for rows from the queue.
+    trust_mask: [T, B] LASER's trust-region mask, or None.
+    extras: the items' extras, [T+1, B, ...]; `policy_version` (and
+      `agent_id`) when the actors recorded them.
+    learner_step: the learner step the batch is learned at.
+    agent_id: this learner's agent; replay rows of other agents of a sweep
+      (a shared replay) have no policy lag with respect to this learner.
+
+  Returns:
+    rejected_fraction_{online,replay}: trust-region rejections per real
+      transition; policy_lag_{mean,max}: learner steps between the acting
+      weights and these, over online rows; replay_staleness_mean: the same
+      over this agent's replayed rows.
+  """
+  nan = tf.constant(float('nan'))
+
+  def masked_mean(x, weights):
+    total = tf.reduce_sum(weights)
+    return tf.where(total > 0, tf.reduce_sum(x * weights) /
+                    tf.maximum(total, 1.), nan)
+
+  replayed = 1. - online
+  rejected = (1. - trust_mask) if trust_mask is not None else tf.zeros_like(
+      mask)
+  metrics = {
+      'rejected_fraction_online': masked_mean(rejected, mask * online),
+      'rejected_fraction_replay': masked_mean(rejected, mask * replayed),
+      'policy_lag_mean': nan,
+      'policy_lag_max': nan,
+      'replay_staleness_mean': nan,
+  }
+  if types.POLICY_VERSION not in extras:
+    return metrics
+  # Adder-written steps carry version 0: take the oldest real step's version.
+  version = tf.cast(extras[types.POLICY_VERSION][:-1], tf.float32)
+  version = tf.where(mask > 0, version, tf.float32.max)
+  lag = tf.cast(learner_step, tf.float32) - tf.reduce_min(version, axis=0)
+  real = tf.cast(tf.reduce_any(mask > 0, axis=0), tf.float32)  # [B]
+  lag = tf.where(real > 0, lag, 0.)
+  own = real
+  if types.AGENT_ID in extras:
+    # Adder-written steps carry agent id 0: read the id of the real steps.
+    writer = tf.reduce_max(tf.where(
+        mask > 0, tf.cast(extras[types.AGENT_ID][:-1], tf.int32), -1), axis=0)
+    own = real * tf.cast(tf.equal(writer, agent_id), tf.float32)
+  metrics['policy_lag_mean'] = masked_mean(lag, own * online)
+  metrics['policy_lag_max'] = tf.where(
+      tf.reduce_sum(own * online) > 0, tf.reduce_max(lag * own * online), nan)
+  metrics['replay_staleness_mean'] = masked_mean(lag, own * replayed)
+  return metrics
+
+
 class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
   """Learner for the importance-weighted actor-critic (IMPALA)."""
 
@@ -58,21 +158,27 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
       config: config_lib.IMPALAConfig,
       counter: Optional[counting.Counter] = None,
       logger: Optional[loggers.Logger] = None,
+      agent_id: int = 0,
   ):
     """Creates the learner.
 
     Args:
       network: RNNCore with `unroll(inputs, state, start_of_episode)` (see
         networks.IMPALANetwork), its variables already created.
-      iterator: yields `reverb.ReplaySample`s (or bare Trajectories) of
-        [B, T+1, ...] sequences, e.g. iter(acme.datasets.make_reverb_dataset).
+      iterator: yields `types.Batch`es (the builder's iterator: which rows
+        are online is said by the batch), or `reverb.ReplaySample`s / bare
+        Trajectories of [B, T+1, ...] items, all taken as online, e.g.
+        iter(acme.datasets.make_reverb_dataset(...)).
       config: the agent's IMPALAConfig.
       counter: Acme counter; the learner increments `steps`.
       logger: Acme logger for the metrics.
+      agent_id: this learner's agent within a sweep; replay staleness is
+        measured on the rows its own actors wrote (extras['agent_id']).
     """
     self._network = network
     self._iterator = iterator
     self._config = config
+    self._agent_id = agent_id
     self._counter = counter or counting.Counter(prefix='learner')
     self._logger = logger or loggers.TerminalLogger('learner', time_delta=1.)
 
@@ -86,9 +192,8 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         momentum=config.rmsprop_momentum,
         epsilon=config.rmsprop_epsilon)
     self._variables = network.trainable_variables
-    # Create the optimiser's slots now rather than in the first traced step,
-    # so that a checkpoint restored before that step restores them as well.
-    self._optimizer._initialize(self._variables)  # pylint: disable=protected-access
+    compat.create_rmsprop_slots(self._optimizer, self._variables,
+                                config.rmsprop_initial_mean_square)
     self._max_grad_norm = (config.max_gradient_norm
                            if config.max_gradient_norm is not None else 1e10)
 
@@ -129,33 +234,27 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     self._optimizer.apply(gradients, self._variables)
     return grad_norm
 
-  def _step(self, data) -> Dict[str, tf.Tensor]:
-    """One update on a batch-major Trajectory [B, T+1, ...]."""
+  def _step(self, data, online) -> Dict[str, tf.Tensor]:
+    """One update on a batch-major Trajectory [B, T+1, ...], online [B]."""
     cfg = self._config
     data = tf2_utils.batch_to_sequence(data)  # [T+1, B, ...]
     extras = data.extras
-    core_state = tree.map_structure(lambda s: s[0], extras['core_state'])
+    core_state = tree.map_structure(lambda s: s[0], extras[types.CORE_STATE])
     start = tf.cast(data.start_of_episode, tf.bool)
-    # A step followed by the start of a new episode is the adder's dummy
-    # step (the final observation, no action was taken there).
-    mask = 1. - tf.cast(start[1:], tf.float32)  # [T, B]
     actions = tf.cast(data.action[:-1], tf.int32)
+    behaviour_logits = tf.cast(extras[types.LOGITS][:-1], tf.float32)
+    raw_discounts = tf.cast(data.discount[:-1], tf.float32)
+    mask = valid_transitions(start, raw_discounts, behaviour_logits)  # [T, B]
     rewards = losses.clip_rewards(
         tf.cast(data.reward[:-1], tf.float32), cfg.reward_clipping)
-    discounts = cfg.discount * tf.cast(data.discount[:-1], tf.float32)
-    behaviour_logits = tf.cast(extras['logits'][:-1], tf.float32)
+    discounts = cfg.discount * raw_discounts
 
     lr = _learning_rate(cfg.learning_rate, self._num_steps,
                         cfg.lr_anneal_steps)
     self._lr.assign(lr)
 
-    # Rows [0, num_online) are online trajectories, the rest replayed
-    # (builder.MixedIterator); a plain dataset is all online when f = 0.
-    batch_size = tf.shape(actions)[1]
-    online = tf.cast(tf.range(batch_size) < cfg.num_online, tf.float32)  # [B]
-    entropy_mask = None
-    if cfg.entropy_on_online_only and cfg.num_online > 0:
-      entropy_mask = online
+    online = tf.cast(online, tf.float32)  # [B]
+    entropy_mask = online if cfg.entropy_on_online_only else None
 
     with tf.GradientTape() as tape:
       (logits, values), _ = self._network.unroll(
@@ -178,38 +277,9 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     metrics = dict(metrics)
     metrics['grad_norm'] = grad_norm
     metrics['learning_rate'] = lr
-    nan = tf.constant(float('nan'))
-
-    def masked_mean(x, weights):
-      total = tf.reduce_sum(weights)
-      return tf.where(total > 0, tf.reduce_sum(x * weights) /
-                      tf.maximum(total, 1.), nan)
-
-    replayed = 1. - online
-    rejected = (1. - trust_mask) if trust_mask is not None else tf.zeros_like(
-        mask)
-    metrics['rejected_fraction_online'] = masked_mean(rejected,
-                                                      mask * online)
-    metrics['rejected_fraction_replay'] = masked_mean(rejected,
-                                                      mask * replayed)
-    metrics['policy_lag_mean'] = nan
-    metrics['policy_lag_max'] = nan
-    metrics['replay_staleness_mean'] = nan
-    if 'policy_version' in extras:
-      # Learner steps between the weights that acted and these weights.
-      # Dummy steps carry version 0: take the oldest real step's version.
-      version = tf.cast(extras['policy_version'][:-1], tf.float32)
-      version = tf.where(mask > 0, version, tf.float32.max)
-      lag = tf.cast(self._num_steps - 1, tf.float32) - tf.reduce_min(
-          version, axis=0)  # [B]
-      valid = tf.cast(tf.reduce_any(mask > 0, axis=0), tf.float32)
-      lag = tf.where(valid > 0, lag, 0.)
-      if cfg.num_online > 0:
-        metrics['policy_lag_mean'] = masked_mean(lag, valid * online)
-        metrics['policy_lag_max'] = tf.reduce_max(lag * valid * online)
-      if cfg.num_replayed > 0:
-        # How stale replayed data is: learner steps since it was written.
-        metrics['replay_staleness_mean'] = masked_mean(lag, valid * replayed)
+    metrics.update(data_metrics(
+        mask, online, trust_mask, extras, self._num_steps - 1,
+        self._agent_id))
     return metrics
 
   # -- acme.Learner. --------------------------------------------------------
@@ -218,8 +288,12 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     start = time.time()
     sample = next(self._iterator)
     got_data = time.time()
-    data = sample.data if isinstance(sample, reverb.ReplaySample) else sample
-    metrics = self._step_fn(data)
+    if isinstance(sample, types.Batch):
+      data, online = sample.data, sample.online
+    else:
+      data = sample.data if isinstance(sample, reverb.ReplaySample) else sample
+      online = tf.ones(tf.shape(data.discount)[:1], tf.bool)
+    metrics = self._step_fn(data, online)
     metrics = tf2_utils.to_numpy(metrics)
     end = time.time()
 
@@ -251,9 +325,9 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
   def get_variables(self, names: List[str]) -> List[List[np.ndarray]]:
     """Serves the groups named in `names` ('policy', 'learner_steps')."""
     groups = {
-        acting.POLICY_VARIABLES: lambda: tf2_utils.to_numpy(
+        types.POLICY_VARIABLES: lambda: tf2_utils.to_numpy(
             self._network.variables),
-        acting.LEARNER_STEPS: lambda: [self._num_steps.numpy()],
+        types.LEARNER_STEPS: lambda: [self._num_steps.numpy()],
     }
     unknown = [n for n in names if n not in groups]
     if unknown:
@@ -264,6 +338,12 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
   @property
   def num_steps(self) -> int:
     return int(self._num_steps.numpy())
+
+  @property
+  def policy_version(self) -> tf.Variable:
+    """The learner's step counter: the version of its current weights (an
+    actor sharing this learner's network records it)."""
+    return self._num_steps
 
   @property
   def state(self) -> Mapping[str, tf2_savers.Checkpointable]:

@@ -69,7 +69,7 @@ class BatchedEnvironmentLoop:
           [ts.observation for ts in timesteps])
       for i, env in enumerate(self._envs):
         timesteps[i] = env.step(actions[i])
-      self._actor.observe_batch(actions, timesteps)
+      self._actor.observe(actions, timesteps)
       for i, ts in enumerate(timesteps):
         returns[i] += ts.reward
         lengths[i] += 1

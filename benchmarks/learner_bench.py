@@ -26,7 +26,7 @@ Why it is built this way:
     Reverb pipeline and actors play no part and all rows do identical work.
   * The batch is real, not synthetic: our IMPALAActor, driven by
     acme.EnvironmentLoop, fills a real Reverb queue (in-process server,
-    agent.queue_signature) and one batch is read with
+    IMPALABuilder.trajectory_signature) and one batch is read with
     acme.datasets.make_reverb_dataset, so dtypes, episode boundaries, dummy
     steps and extras are those the learner sees in training.
   * The machine is shared: timed repeats are interleaved across the learners
@@ -63,12 +63,12 @@ import reverb
 import tensorflow as tf
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
-from acme_impala import acting
-from acme_impala import agent as agent_lib
+from acme_impala import builder as builder_lib
 from acme_impala import config as config_lib
 from acme_impala import environments
 from acme_impala import learning
 from acme_impala import networks
+from acme_impala import types
 # pylint: enable=g-import-not-at-top
 
 _BATCH_SIZE = 32
@@ -114,29 +114,27 @@ def _make_batch(config):
   env = environments.make_environment(config.env_id, seed=config.seed)
   spec = specs.make_environment_spec(env)
   net = _make_network(config, spec)
-  table = reverb.Table.queue(
-      agent_lib.QUEUE_TABLE, max_size=10_000,
-      signature=agent_lib.queue_signature(spec, net, config))
+  builder = builder_lib.IMPALABuilder(config, spec)
+  table = reverb.Table.queue(types.QUEUE_TABLE, max_size=10_000,
+                             signature=builder.trajectory_signature(net))
   server = reverb.Server([table], port=None)
   address = f'localhost:{server.port}'
   client = reverb.Client(address)
-  adder = agent_lib.make_sequence_adder(client, config)
+  adder = builder.make_adder(client)
   # An untrained network: acting is random-ish, which is all a timing needs.
-  actor = acting.IMPALAActor(
-      net, adder, policy_version=tf.Variable(0, dtype=tf.int64),
-      seed=config.seed)
+  actor = builder.make_actor(net, adder, seed=config.seed)
   counter = counting.Counter()
   loop = acme.EnvironmentLoop(env, actor, counter=counter,
                               should_update=False,
                               logger=loggers.NoOpLogger())
   # An item every `unroll_length` steps, so a batch needs at least
   # B * T + 1 steps; the loop always finishes the episode it is in.
-  while client.server_info()[agent_lib.QUEUE_TABLE].current_size < (
+  while client.server_info()[types.QUEUE_TABLE].current_size < (
       config.batch_size):
     loop.run(num_steps=config.batch_size * config.unroll_length + 1)
   num_steps = counter.get_counts()['steps']
   dataset = datasets.make_reverb_dataset(
-      server_address=address, table=agent_lib.QUEUE_TABLE,
+      server_address=address, table=types.QUEUE_TABLE,
       batch_size=config.batch_size, num_parallel_calls=1)
   sample = next(iter(dataset))
   del adder, dataset

@@ -21,8 +21,8 @@ from absl import app
 from absl import flags
 import launchpad as lp  # Defines --lp_launch_type and friends.
 
-from acme_impala import config_flags
 from acme_impala import configs
+from acme_impala import launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'cartpole',
@@ -59,20 +59,21 @@ def main(argv, overrides):
   logdir = FLAGS.logdir or os.path.join(
       _ROOT, 'runs', time.strftime('impala-%Y%m%d-%H%M%S'))
   try:
-    program = program_lib.make_program(
-        config, num_actors=FLAGS.num_actors,
-        max_actor_steps=FLAGS.max_actor_steps, logdir=logdir,
+    run = program_lib.prepare_run(
+        [config], logdir, FLAGS.max_actor_steps, num_actors=FLAGS.num_actors,
         restore=FLAGS.restore, evaluator=FLAGS.evaluator)
   except (ValueError, TypeError) as error:
     # Bad flags or config values: one clear line, no process started.
     print(f'impala_lp: error: {error}', file=sys.stderr)
     return 2
+  config = run.agents[0].config
   print(f'impala_lp: logdir={logdir} launch_type={FLAGS.lp_launch_type} '
         f'num_actors={FLAGS.num_actors} envs_per_actor={config.envs_per_actor}'
-        f' max_actor_steps={FLAGS.max_actor_steps}', flush=True)
-  return program_lib.launch_and_wait(program, logdir,
-                                     launch_type=FLAGS.lp_launch_type)
+        f' max_actor_steps={FLAGS.max_actor_steps} '
+        f'lr_anneal_steps={config.lr_anneal_steps}', flush=True)
+  return launch.launch_and_wait(program_lib.build_program(run), logdir,
+                                launch_type=FLAGS.lp_launch_type)
 
 
 if __name__ == '__main__':
-  config_flags.run_program('impala_lp', main)
+  launch.run_program('impala_lp', main)

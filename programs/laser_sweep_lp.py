@@ -20,8 +20,8 @@ from absl import app
 from absl import flags
 import launchpad as lp  # Defines --lp_launch_type and friends.
 
-from acme_impala import config_flags
 from acme_impala import configs
+from acme_impala import launch
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'cartpole',
@@ -52,23 +52,26 @@ def main(argv, overrides):
         [float(x) for x in FLAGS.entropy_costs])
     logdir = FLAGS.logdir or os.path.join(
         _ROOT, 'runs', time.strftime('laser-%Y%m%d-%H%M%S'))
-    program = sweep.make_sweep_program(
+    run = sweep.prepare_sweep(
         grid, num_actors=FLAGS.num_actors,
         max_actor_steps=FLAGS.max_actor_steps, logdir=logdir,
         share_replay=FLAGS.share_replay, evaluator=FLAGS.evaluator)
   except (ValueError, TypeError) as error:
     print(f'laser_sweep_lp: error: {error}', file=sys.stderr)
     return 2
-  for i, config in enumerate(grid):
-    print(f'laser_sweep_lp: agent_{i}: learning_rate={config.learning_rate} '
+  for agent in run.agents:
+    config = agent.config
+    print(f'laser_sweep_lp: {agent.options.agent}: '
+          f'learning_rate={config.learning_rate} '
           f'entropy_cost={config.entropy_cost} '
           f'replay_fraction={config.replay_fraction} '
-          f'kl_threshold={config.kl_threshold}', flush=True)
+          f'kl_threshold={config.kl_threshold} '
+          f'lr_anneal_steps={config.lr_anneal_steps}', flush=True)
   print(f'laser_sweep_lp: logdir={logdir} share_replay={FLAGS.share_replay}',
         flush=True)
-  return program_lib.launch_and_wait(program, logdir,
-                                     launch_type=FLAGS.lp_launch_type)
+  return launch.launch_and_wait(program_lib.build_program(run), logdir,
+                                launch_type=FLAGS.lp_launch_type)
 
 
 if __name__ == '__main__':
-  config_flags.run_program('laser_sweep_lp', main)
+  launch.run_program('laser_sweep_lp', main)

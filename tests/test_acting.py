@@ -9,10 +9,11 @@ import reverb
 import tensorflow as tf
 
 from acme_impala import acting
-from acme_impala import agent as agent_lib
+from acme_impala import builder as builder_lib
 from acme_impala import config as config_lib
 from acme_impala import environments
 from acme_impala import networks
+from acme_impala import types
 
 T = 5  # unroll length of these tests
 
@@ -24,8 +25,9 @@ def _setup(config, seed=0):
   net = networks.make_network(config, spec.actions.num_values)
   tf2_utils.create_variables(net, [spec.observations])
   table = reverb.Table.queue(
-      agent_lib.QUEUE_TABLE, max_size=10_000,
-      signature=agent_lib.queue_signature(spec, net, config))
+      types.QUEUE_TABLE, max_size=10_000,
+      signature=builder_lib.IMPALABuilder(config, spec).trajectory_signature(
+          net))
   server = reverb.Server([table], port=None)
   return env, spec, net, server
 
@@ -33,7 +35,7 @@ def _setup(config, seed=0):
 def _read_items(server, n):
   ds = datasets.make_reverb_dataset(
       server_address=f'localhost:{server.port}',
-      table=agent_lib.QUEUE_TABLE, batch_size=n, num_parallel_calls=1)
+      table=types.QUEUE_TABLE, batch_size=n, num_parallel_calls=1)
   return next(iter(ds)).data
 
 
@@ -43,12 +45,12 @@ def test_items_signature_extras_and_start_state():
   client = reverb.Client(f'localhost:{server.port}')
   version = tf.Variable(7, dtype=tf.int64)
   actor = acting.IMPALAActor(
-      net, agent_lib.make_sequence_adder(client, config),
+      net, builder_lib.IMPALABuilder(config, spec).make_adder(client),
       policy_version=version, seed=1)
   # Acme's own loop drives our actor.
   loop = acme.EnvironmentLoop(env, actor, should_update=False)
   loop.run(num_steps=300)
-  size = client.server_info()[agent_lib.QUEUE_TABLE].current_size
+  size = client.server_info()[types.QUEUE_TABLE].current_size
   # One item of T+1 steps every T written steps (overlap by one); episode
   # ends add one dummy step each (Acme's adder), so a bit more than 300 / T.
   assert 300 // T - 1 <= size <= 2 * 300 // T
@@ -91,8 +93,8 @@ class _Source(acme.VariableSource):
 
   def get_variables(self, names):
     self.calls += 1
-    groups = {acting.POLICY_VARIABLES: self.variables,
-              acting.LEARNER_STEPS: [np.int64(self.steps)]}
+    groups = {types.POLICY_VARIABLES: self.variables,
+              types.LEARNER_STEPS: [np.int64(self.steps)]}
     return [groups[n] for n in names]
 
 

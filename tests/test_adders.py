@@ -14,6 +14,7 @@ import reverb
 import tensorflow as tf
 
 from acme_impala import adders
+from acme_impala import compat
 
 OBS_DIM, NUM_ACTIONS, STATE = 3, 2, 4
 
@@ -168,9 +169,9 @@ def test_batched_adder_equals_k_acme_adders(length, period):
     return np.array([i, *rng.normal(size=OBS_DIM - 1)], np.float32)
 
   current = [dm_env.restart(obs(i)) for i in range(k)]
-  starts = np.ones(k, bool)
   for i in range(k):
     theirs[i].add_first(current[i])
+    ours.add_first(i, current[i])
   for _ in range(steps):
     actions = rng.integers(NUM_ACTIONS, size=k).astype(np.int32)
     extras = {'logits': rng.normal(size=(k, NUM_ACTIONS)).astype(np.float32),
@@ -186,24 +187,16 @@ def test_batched_adder_equals_k_acme_adders(length, period):
         nexts.append(dm_env.transition(reward, obs(i), np.float32(1.)))
       theirs[i].add(actions[i], nexts[i],
                     _row(extras, i))
-    step = {'observation': np.stack([ts.observation for ts in current]),
-            'start_of_episode': starts.copy(), 'action': actions,
-            'reward': np.stack([ts.reward for ts in nexts]),
-            'discount': np.stack([ts.discount for ts in nexts]),
-            'extras': extras}
-    ended = [i for i in range(k) if nexts[i].last()]
-    ours.add_batch(step, ended,
-                   np.stack([nexts[i].observation for i in ended])
-                   if ended else None)
-    starts[:] = False
-    for i in ended:
+    # The batched adder builds its steps from the same arguments.
+    ours.add(actions, nexts, extras)
+    for i in [i for i in range(k) if nexts[i].last()]:
       nexts[i] = dm_env.restart(obs(i))
       theirs[i].add_first(nexts[i])
-      starts[i] = True
+      ours.add_first(i, nexts[i])
     current = nexts
   ours.close(timeout_ms=10_000)
   for adder in theirs:
-    adder._ReverbAdder__writer.flush(0)  # pylint: disable=protected-access
+    compat.acme_adder_writer(adder).flush(0)
   batched = _read(client, 'batched')
   total = 0
   for i in range(k):
@@ -246,4 +239,4 @@ def test_close_adder_after_server_stop_drops_writer():
     adders.close_adder(adder)
     adders.close_adder(adder)  # A second close is a no-op.
   assert ours._windows._writer is None  # pylint: disable=protected-access
-  assert theirs._ReverbAdder__writer is None  # pylint: disable=protected-access
+  assert compat.acme_adder_writer(theirs) is None

@@ -41,3 +41,47 @@ def test_single_process_agent_return_rises_on_cartpole():
   assert last > 1.6 * first, (first, last)
   assert agent.learner.num_steps > 100
   agent.close()
+
+
+class _Rows(loggers.Logger):
+  def __init__(self):
+    self.rows = []
+
+  def write(self, data):
+    self.rows.append(dict(data))
+
+  def close(self):
+    pass
+
+
+def test_single_process_agent_learns_from_laser_replay():
+  """The single-process agent is built from the builder, so LASER works in
+  it: 1 online + 7 replayed rows per batch, trust region, shared tables."""
+  config = configs.get_config('cartpole').replace(
+      replay_fraction=0.875, kl_threshold=0.5, entropy_on_online_only=True,
+      min_replay_size=16, replay_capacity=2000, seed=0)
+  env = environments.make_environment(config.env_id, seed=0)
+  rows = _Rows()
+  agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
+                           logger=rows)
+  acme.EnvironmentLoop(env, agent, logger=loggers.NoOpLogger()).run(
+      num_steps=3000)
+  sizes = {name: t.current_size
+           for name, t in agent.server.localhost_client().server_info(
+           ).items()}
+  assert set(sizes) == {'priority_table', 'replay'}
+  # Every trajectory went into the replay; the queue was read as it filled.
+  assert sizes['replay'] >= 3000 // config.unroll_length - 1
+  assert sizes['priority_table'] < config.num_online + 4
+  # One learner step per new online trajectory (bar the warm-up below
+  # min_replay_size and what is still in flight).
+  steps = agent.learner.num_steps
+  assert sizes['replay'] - 30 <= steps <= sizes['replay']
+  last = rows.rows[-1]
+  for key in ('rejected_fraction_online', 'rejected_fraction_replay',
+              'replay_staleness_mean'):
+    assert np.isfinite(last[key]), (key, last)
+  # Replayed rows (uniform over ~300 trajectories) were written by much
+  # older weights than the newest online row.
+  assert last['replay_staleness_mean'] > last['policy_lag_mean'] + 10
+  agent.close()

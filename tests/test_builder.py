@@ -1,8 +1,12 @@
-"""IMPALABuilder with replay: tables, one write per trajectory, exact
-online/replay counts per learner batch from real Reverb tables."""
+"""IMPALABuilder with replay: tables, one write per trajectory, batches that
+say which rows are online, and every online trajectory learned from exactly
+once, from real Reverb tables."""
+
+import threading
 
 import acme
 from acme import specs
+import dm_env
 import numpy as np
 import pytest
 import reverb
@@ -11,15 +15,16 @@ import tensorflow as tf
 from acme_impala import builder as builder_lib
 from acme_impala import config as config_lib
 from acme_impala import environments
+from acme_impala import types
 
 T = 5
 
 
-def _setup(replay_fraction, batch_size=8):
+def _setup(replay_fraction, batch_size=8, min_replay_size=4):
   config = config_lib.IMPALAConfig(
       unroll_length=T, batch_size=batch_size, lstm_size=8,
       replay_fraction=replay_fraction, replay_capacity=1000,
-      min_replay_size=4, max_queue_size=1000)
+      min_replay_size=min_replay_size, max_queue_size=1000)
   env = environments.make_environment(config.env_id, seed=0)
   builder = builder_lib.IMPALABuilder(config, specs.make_environment_spec(env))
   server = reverb.Server(builder.make_replay_tables(), port=None)
@@ -28,10 +33,9 @@ def _setup(replay_fraction, batch_size=8):
 
 def _act(builder, env, server, version, steps):
   client = reverb.Client(f'localhost:{server.port}')
-  net = builder.make_network()
   adder = builder.make_adder(client)
-  actor = builder.make_actor(net, adder, None, seed=version)
-  actor._policy_version.assign(version)  # pylint: disable=protected-access
+  actor = builder.make_actor(builder.make_network(), adder, None, seed=version,
+                             policy_version=tf.Variable(version, tf.int64))
   acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=steps)
   adder.flush()
   return client
@@ -43,45 +47,127 @@ def _sizes(client):
 
 
 @pytest.mark.parametrize('f,tables', [
-    (0.0, {'priority_table'}), (0.5, {'priority_table', 'replay'}),
-    (1.0, {'replay'})])
+    (0.0, {types.QUEUE_TABLE}), (0.5, {types.QUEUE_TABLE, types.REPLAY_TABLE}),
+    (1.0, {types.REPLAY_TABLE})])
 def test_tables_and_single_write(f, tables):
   config, env, builder, server = _setup(f)
   client = _act(builder, env, server, version=1, steps=200)
   sizes = _sizes(client)
   assert set(sizes) == tables
-  # Each trajectory is written once and referenced by every table.
-  assert len(set(sizes.values())) == 1 and min(sizes.values()) >= 30
+  # One item per T steps (plus a dummy step per episode end), written once
+  # and referenced by every table: the same count in each.
+  assert len(set(sizes.values())) == 1
+  assert 200 // T - 1 <= min(sizes.values()) <= 2 * 200 // T
   server.stop()
 
 
+def _drain(client, table):
+  """Removes every item of a queue table; returns how many there were."""
+  size = client.server_info()[table].current_size
+  if size:
+    list(client.sample(table, num_samples=size))
+  return size
+
+
 @pytest.mark.parametrize('f', [0.5, 0.875])
-def test_batches_hold_exact_online_and_replay_counts(f):
+def test_batches_say_which_rows_are_online(f):
   config, env, builder, server = _setup(f, batch_size=8)
   address = f'localhost:{server.port}'
   client = _act(builder, env, server, version=1, steps=300)
-  # Drain the queue: from now on it only holds version-2 trajectories, while
+  # Empty the queue: from now on it only holds version-2 trajectories, while
   # the replay keeps the version-1 ones too.
-  drain = builder._table_iterator(address, 'priority_table', 1, 500)  # pylint: disable=protected-access
-  drained = sum(1 for _ in drain)
-  assert drained >= 40
+  assert _drain(client, types.QUEUE_TABLE) >= 40
   _act(builder, env, server, version=2, steps=300)
-  assert config.num_online == 8 - int(8 * f) and config.num_replayed == int(8 * f)
 
   iterator = builder.make_dataset_iterator(address)
+  expected_online = int(round(8 * (1 - f)))
   saw_old_in_replay = False
   for _ in range(5):
-    data = next(iterator)
-    assert data.action.shape[0] == 8
-    versions = data.extras['policy_version'].numpy()[:, 0]
-    online, replayed = versions[:config.num_online], versions[config.num_online:]
-    assert len(online) == config.num_online and len(replayed) == config.num_replayed
-    # Online rows come from the queue (version 2 only; a dummy step at the
-    # start of an item carries 0).
-    assert set(online) <= {0, 2}, versions
-    saw_old_in_replay |= 1 in set(replayed)
+    batch = next(iterator)
+    assert isinstance(batch, types.Batch)
+    online = batch.online.numpy()
+    assert online.shape == (8,) and online.sum() == expected_online
+    versions = batch.data.extras['policy_version'].numpy()
+    starts = batch.data.start_of_episode.numpy()
+    # Versions of the steps the actor acted in (a dummy step before an
+    # episode start carries 0).
+    real = np.concatenate([~starts[:, 1:], np.ones((8, 1), bool)], axis=1)
+    for row in range(8):
+      written = set(versions[row][real[row] & (versions[row] > 0)])
+      if online[row]:
+        assert written == {2}, (row, versions[row])  # Only the queue's.
+      else:
+        saw_old_in_replay |= 1 in written
   # Replay samples uniformly over both generations.
   assert saw_old_in_replay
+  server.stop()
+
+
+def _write_numbered_items(builder, client, first, count):
+  """Writes `count` items; item k's first step has policy_version
+  first + k, which names it."""
+  spec = builder.environment_spec
+  net = builder.make_network()
+  adder = builder.make_adder(client)
+  state = tf.nest.map_structure(lambda s: s.numpy()[0], net.initial_state(1))
+
+  def observation():
+    return tf.nest.map_structure(lambda s: s.generate_value(),
+                                 spec.observations)
+
+  adder.add_first(dm_env.restart(observation()))
+  # One more step than count * T: the last item's bootstrap observation.
+  for i in range(count * T + 1):
+    extras = {types.LOGITS: np.ones(2, np.float32),
+              types.CORE_STATE: state,
+              types.POLICY_VERSION: np.int64(first + i // T),
+              types.AGENT_ID: np.int32(0)}
+    adder.add(np.int32(0), dm_env.transition(np.float32(1.), observation(),
+                                             np.float32(1.)), extras)
+  adder.flush()
+
+
+def test_every_online_trajectory_is_learned_from_exactly_once():
+  """The replay half times out while the replay is below min_replay_size:
+  online rows already taken from the queue must wait, not be dropped."""
+  config, _, builder, server = _setup(0.5, batch_size=8, min_replay_size=50)
+  address = f'localhost:{server.port}'
+  client = reverb.Client(address)
+  _write_numbered_items(builder, client, first=1, count=33)
+  iterator = builder.make_dataset_iterator(address, timeout_ms=300)
+  for _ in range(3):
+    # Replay holds 33 < 50 items: the batch cannot be completed.
+    with pytest.raises(StopIteration):
+      next(iterator)
+  # The queue has been read (its items are held by the iterator), the
+  # replay still holds everything.
+  assert _sizes(client)[types.QUEUE_TABLE] < 33
+  _write_numbered_items(builder, client, first=34, count=40)
+  seen = []
+  while True:
+    try:
+      batch = next(iterator)
+    except StopIteration:
+      break  # The queue is empty.
+    online = batch.online.numpy()
+    first_versions = batch.data.extras['policy_version'].numpy()[:, 0]
+    seen += list(first_versions[online])
+  # 73 items, 4 online rows per batch: all but the last one, each once, in
+  # the queue's order.
+  assert seen == list(range(1, 73))
+  server.stop()
+
+
+def test_background_iterator_returns_when_stopped():
+  config, env, builder, server = _setup(0.5, min_replay_size=1000)
+  stop = threading.Event()
+  iterator = builder.make_dataset_iterator(
+      f'localhost:{server.port}', timeout_ms=200, should_stop=stop.is_set)
+  # Nothing can be sampled (min_replay_size is never reached): next() waits
+  # until the stop, then ends instead of blocking.
+  threading.Timer(1.0, stop.set).start()
+  with pytest.raises(StopIteration):
+    next(iterator)
   server.stop()
 
 

@@ -2,6 +2,8 @@
 
 import dataclasses
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -72,3 +74,45 @@ def test_replace_validates_and_rejects_unknown_fields():
 def test_unknown_named_config():
   with pytest.raises(config_lib.ConfigError, match="'pong'.*cartpole"):
     configs.get_config('pong')
+
+
+def test_learner_steps_for_counts_online_rows_only():
+  # A learner step takes num_online new trajectories of unroll_length steps.
+  impala = config_lib.IMPALAConfig(batch_size=8, unroll_length=10)
+  assert impala.learner_steps_for(800_000) == 800_000 // (8 * 10)
+  laser = impala.replace(replay_fraction=0.875)
+  assert laser.num_online == 1
+  assert laser.learner_steps_for(800_000) == 800_000 // 10
+  assert laser.learner_steps_for(15) == 2  # Rounded up: the budget is met.
+  annealed = laser.replace(anneal_learning_rate=True)
+  assert annealed.with_annealing_horizon(800_000).lr_anneal_steps == 80_000
+  # An explicit horizon wins; no annealing, no horizon.
+  assert annealed.replace(lr_anneal_steps=5).with_annealing_horizon(
+      800_000).lr_anneal_steps == 5
+  assert laser.with_annealing_horizon(800_000).lr_anneal_steps is None
+
+
+def test_replay_only_rejects_what_needs_online_rows():
+  with pytest.raises(config_lib.ConfigError, match='lr_anneal_steps'):
+    config_lib.IMPALAConfig(replay_fraction=1.0, anneal_learning_rate=True)
+  config_lib.IMPALAConfig(replay_fraction=1.0, anneal_learning_rate=True,
+                          lr_anneal_steps=1000)
+  with pytest.raises(config_lib.ConfigError,
+                     match='entropy_on_online_only=True'):
+    config_lib.IMPALAConfig(replay_fraction=1.0, entropy_on_online_only=True)
+  with pytest.raises(config_lib.ConfigError, match='lr_anneal_steps'):
+    config_lib.IMPALAConfig(replay_fraction=1.0).learner_steps_for(1000)
+
+
+def test_public_api_is_exported_lazily():
+  code = ('import sys, acme_impala\n'
+          'config = acme_impala.get_config("cartpole")\n'
+          'assert "tensorflow" not in sys.modules, "eager TF import"\n'
+          'assert acme_impala.IMPALABuilder.__name__ == "IMPALABuilder"\n'
+          'assert "tensorflow" in sys.modules\n'
+          'missing = [n for n in acme_impala.__all__\n'
+          '           if getattr(acme_impala, n) is None]\n'
+          'assert not missing, missing\n')
+  proc = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]

@@ -362,3 +362,36 @@ def test_entropy_on_online_rows_only(filled_queue):
   np.testing.assert_allclose(entropies[True], logger.rows[0]['entropy'],
                              rtol=1e-5)
   assert entropies[True] != entropies[False]
+
+
+def test_data_metrics_measure_staleness_on_this_agents_rows_only():
+  """In a shared replay, rows written by another agent's actors carry that
+  agent's step counter: they are left out of this learner's staleness."""
+  t, b = 3, 4
+  mask = tf.ones([t, b])
+  online = tf.constant([1., 0., 0., 0.])
+  # Rows: online (agent 0, version 9), replayed from agent 0 (versions 4
+  # and 6) and replayed from agent 1 (version 100, another counter).
+  versions = np.array([9, 4, 6, 100], np.int64)
+  agents = np.array([0, 0, 0, 1], np.int32)
+  extras = {
+      'policy_version': tf.constant(np.tile(versions, (t + 1, 1))),
+      'agent_id': tf.constant(np.tile(agents, (t + 1, 1))),
+  }
+  metrics = learning.data_metrics(mask, online, None, extras,
+                                  learner_step=10, agent_id=0)
+  # Hand-worked: lag 10 - 9 = 1 online; staleness mean of 10 - 4 and 10 - 6.
+  assert float(metrics['policy_lag_mean']) == 1.
+  assert float(metrics['policy_lag_max']) == 1.
+  assert float(metrics['replay_staleness_mean']) == 5.
+  # Agent 1's learner sees its own row only (100 is ahead of its step 120).
+  other = learning.data_metrics(mask, online, None, extras,
+                                learner_step=120, agent_id=1)
+  assert float(other['replay_staleness_mean']) == 20.
+  assert np.isnan(float(other['policy_lag_mean']))
+  # Without agent ids (an older or foreign actor) every row counts.
+  del extras['agent_id']
+  mixed = learning.data_metrics(mask, online, None, extras,
+                                learner_step=10, agent_id=0)
+  np.testing.assert_allclose(float(mixed["replay_staleness_mean"]),
+                             (6 + 4 - 90) / 3, rtol=1e-6)

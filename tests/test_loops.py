@@ -17,32 +17,28 @@ import tensorflow as tf
 
 from acme_impala import acting
 from acme_impala import adders
-from acme_impala import agent as agent_lib
 from acme_impala import builder as builder_lib
 from acme_impala import config as config_lib
 from acme_impala import environments
 from acme_impala import loops
 from acme_impala import networks
+from acme_impala import types
 
 K, T, STEPS = 4, 5, 600
 
 
 def _flush(made):
   """Waits until every item the adder(s) wrote is in the table."""
-  for adder in (made if isinstance(made, list) else [made]):
-    if isinstance(adder, adders.BatchedTrajectoryAdder):
-      adder.flush(timeout_ms=10_000)
-    else:
-      adder._ReverbAdder__writer.flush(0)  # pylint: disable=protected-access
+  made.flush(timeout_ms=10_000)
 
 
 def _items(config, net, spec):
+  builder = builder_lib.IMPALABuilder(config, spec)
   table = reverb.Table.queue(
-      agent_lib.QUEUE_TABLE, max_size=100_000,
-      signature=agent_lib.queue_signature(spec, net, config))
+      types.QUEUE_TABLE, max_size=100_000,
+      signature=builder.trajectory_signature(net))
   server = reverb.Server([table], port=None)
   client = reverb.Client(f'localhost:{server.port}')
-  builder = builder_lib.IMPALABuilder(config, spec)
   made = builder.make_adder(client, num_envs=K)
   actor = builder.make_actor(net, made, seed=3, num_envs=K)
   envs = [environments.make_environment(config.env_id, seed=i)
@@ -52,9 +48,9 @@ def _items(config, net, spec):
                                       should_update=False)
   assert loop.run(num_steps=STEPS) == STEPS
   _flush(made)
-  size = client.server_info()[agent_lib.QUEUE_TABLE].current_size
+  size = client.server_info()[types.QUEUE_TABLE].current_size
   items = [s.data for s in client.sample(
-      agent_lib.QUEUE_TABLE, num_samples=size, emit_timesteps=False,
+      types.QUEUE_TABLE, num_samples=size, emit_timesteps=False,
       unpack_as_table_signature=True)]
   server.stop()
   return made, items
@@ -79,7 +75,7 @@ def test_batched_adder_items_equal_per_environment_acme_adders():
   made, ours = _items(config, net, spec)
   assert isinstance(made, adders.BatchedTrajectoryAdder)
   made, theirs = _items(config.replace(adder='acme_sequence'), net, spec)
-  assert isinstance(made, list) and len(made) == K
+  assert isinstance(made, adders.PerStreamAdders) and made.num_streams == K
   # Same environments, seeds and weights: the same multiset of items.
   assert len(ours) == len(theirs) >= K * (STEPS // K // T - 1)
   assert sorted(map(_digest, ours)) == sorted(map(_digest, theirs))
@@ -112,7 +108,7 @@ def test_batched_actor_rejects_mismatched_adders():
 def _dataset_items(config, net, spec):
   """Items as the learner reads them: the builder's TF dataset iterator."""
   builder = builder_lib.IMPALABuilder(config, spec)
-  server = reverb.Server(builder.make_replay_tables(spec), port=None)
+  server = reverb.Server(builder.make_replay_tables(), port=None)
   client = reverb.Client(f'localhost:{server.port}')
   made = builder.make_adder(client, num_envs=K)
   actor = builder.make_actor(net, made, seed=3, num_envs=K)
@@ -121,12 +117,13 @@ def _dataset_items(config, net, spec):
   loops.BatchedEnvironmentLoop(envs, actor, logger=loggers.NoOpLogger(),
                                should_update=False).run(num_steps=STEPS)
   _flush(made)
-  size = client.server_info()[agent_lib.QUEUE_TABLE].current_size
+  size = client.server_info()[types.QUEUE_TABLE].current_size
   iterator = builder.make_dataset_iterator(f'localhost:{server.port}')
   items = []
   while len(items) < size - size % config.batch_size:
     batch = next(iterator)
-    data = batch.data if isinstance(batch, reverb.ReplaySample) else batch
+    assert bool(tf.reduce_all(batch.online))  # f = 0: every row is online.
+    data = batch.data
     flat = [np.asarray(x) for x in tf.nest.flatten(data)]
     items += [tuple(x[i] for x in flat) for i in range(len(flat[0]))]
   server.stop()

@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 
+from acme_impala import launch
 from acme_impala import lifecycle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,7 +72,7 @@ def test_make_program_runs_under_test_mt(tmp_path):
   assert isinstance(program, lp.Program)
   assert set(program.groups) == {'replay', 'counter', 'coordinator',
                                  'learner', 'actor', 'evaluator'}
-  assert program_lib.launch_and_wait(program, logdir, 'test_mt') == 0
+  assert launch.launch_and_wait(program, logdir, 'test_mt') == 0
   learner = _rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
   assert learner and float(learner[-1]['learner_steps']) >= 1
   for key in ('loss', 'policy_loss', 'baseline_loss', 'entropy'):
@@ -163,3 +164,108 @@ def test_bad_config_fails_before_any_process(tmp_path):
   assert not os.path.exists(os.path.join(logdir, 'logs'))
   rc, out, _ = _run(['--config.env_id=NoSuchGame-v0'], logdir, timeout=120)
   assert rc == 2 and "'NoSuchGame-v0'" in out and 'CartPole-v1' in out
+
+
+_DESCRIBE = r'''
+import json, sys
+from acme_impala import configs, program, builder, nodes
+config = configs.get_config('cartpole').replace(
+    replay_fraction=0.5, anneal_learning_rate=True)
+run = program.prepare_run([config, config.replace(learning_rate=1e-3)],
+                          sys.argv[1], 50_000, num_actors=2)
+
+def describe(value):
+  if isinstance(value, builder.IMPALABuilder):
+    return ['builder', repr(value.config), value.agent_id, value.table_names]
+  if isinstance(value, (list, tuple)):
+    return [describe(v) for v in value]
+  if isinstance(value, (int, float, str)) or value is None:
+    return value
+  if isinstance(value, program.RunOptions):
+    return repr(value)
+  return type(value).__name__
+
+out = {}
+for group, group_nodes in program.build_program(run).groups.items():
+  # Launchpad keeps a CourierNode's constructor arguments in _args (no
+  # public accessor); the guarded constructor is a partial naming the node.
+  out[group] = [[type(n).__name__,
+                 describe(getattr(n, '_args', ())),
+                 describe(list(getattr(getattr(n, '_constructor', None),
+                                       'args', ()))[1:2])]
+                for n in group_nodes]
+print('DESCRIPTION ' + json.dumps(out, sort_keys=True))
+'''
+
+
+def _describe_in_subprocess(logdir):
+  proc = subprocess.run([PYTHON, '-c', _DESCRIBE, logdir], cwd=ROOT,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:]
+  line = [l for l in proc.stdout.splitlines() if l.startswith('DESCRIPTION ')]
+  return line[-1]
+
+
+def test_build_program_gives_the_same_graph_in_two_processes(tmp_path):
+  logdir = str(tmp_path / 'sweep')
+  first = _describe_in_subprocess(logdir)
+  second = _describe_in_subprocess(logdir)
+  assert first == second
+  # It describes a real two-agent graph (not an empty one).
+  for name in ('agent_0_actor', 'agent_1_learner', 'coordinator', 'replay'):
+    assert f'"{name}"' in first
+  assert '"agent_1/actor_1"' in first
+
+
+def test_build_program_has_no_side_effects(tmp_path):
+  from acme_impala import configs  # pylint: disable=g-import-not-at-top
+  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
+  logdir = tmp_path / 'run'
+  run = program_lib.prepare_run([configs.get_config('cartpole')], str(logdir),
+                                1000)
+  assert logdir.is_dir()  # prepare_run made the run directory.
+  before = sorted(p for p in tmp_path.rglob('*'))
+  for _ in range(2):
+    program = program_lib.build_program(run)
+  assert sorted(p for p in tmp_path.rglob('*')) == before
+  assert program.name == 'impala'
+  assert set(program.groups) == {'replay', 'counter', 'coordinator',
+                                 'learner', 'actor', 'evaluator'}
+
+
+def test_prepare_run_sets_the_annealing_horizon_from_online_rows(tmp_path):
+  from acme_impala import configs  # pylint: disable=g-import-not-at-top
+  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
+  config = configs.get_config('cartpole').replace(
+      replay_fraction=0.875, anneal_learning_rate=True)
+  assert config.batch_size == 8 and config.unroll_length == 10
+  run = program_lib.prepare_run([config], str(tmp_path / 'a'), 800_000)
+  # One online trajectory of 10 steps per learner step: 80k learner steps
+  # consume the budget (batch_size * unroll_length would give 10k, and the
+  # rate would reach 0 after an eighth of the run).
+  assert run.agents[0].config.lr_anneal_steps == 80_000
+
+
+def test_sweep_agents_get_their_own_seed_streams(tmp_path):
+  from acme_impala import configs  # pylint: disable=g-import-not-at-top
+  from acme_impala import nodes  # pylint: disable=g-import-not-at-top
+  from acme_impala import sweep  # pylint: disable=g-import-not-at-top
+  base = configs.get_config('cartpole').replace(replay_fraction=0.5)
+  grid = sweep.sweep_configs(base, [1e-3, 2e-3], [0.01])
+  assert grid[0].seed == grid[1].seed
+  program = sweep.make_sweep_program(grid, 2, 100, str(tmp_path / 's'))
+  seeds = []
+  for i in range(2):
+    for node in program.groups[f'agent_{i}_actor']:
+      # CourierNode keeps its constructor arguments in _args.
+      builder, _, _, _, actor_id, options = node._args  # pylint: disable=protected-access
+      envs = [nodes.node_seed(builder.config, options, 1, actor_id, j)
+              for j in range(builder.config.envs_per_actor)]
+      seeds += envs + [nodes.node_seed(builder.config, options, 2, actor_id)]
+    evaluator = program.groups[f'agent_{i}_evaluator'][0]
+    builder, _, _, options = evaluator._args  # pylint: disable=protected-access
+    seeds += [nodes.node_seed(builder.config, options, 3),
+              nodes.node_seed(builder.config, options, 4)]
+  # Every environment and sampler of both agents has its own seed.
+  assert len(seeds) == 2 * (2 * (8 + 1) + 2) and len(set(seeds)) == len(seeds)

@@ -38,6 +38,12 @@ def get_config() -> config_lib.IMPALAConfig:
       rmsprop_decay=0.99,
       rmsprop_epsilon=1e-5,
       rmsprop_momentum=0.0,
+      # Sonnet's start of the mean square, not the paper's 1: these values
+      # were tuned with it (README), and with the mean-reduced loss the
+      # gradients are ~1e-2, so starting at 1 makes the first few hundred
+      # updates ~100x smaller (the single-process agent's return then rose
+      # 23 -> 35 in 40k steps instead of 20 -> 43).
+      rmsprop_initial_mean_square=0.0,
       max_gradient_norm=40.0,
       # One batched policy call per step for 8 environments per actor.
       envs_per_actor=8,

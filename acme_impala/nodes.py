@@ -1,0 +1,289 @@
+"""What each process of the program does: the Launchpad node classes.
+
+Nodes: `CounterNode` (the agent's Acme counter, checkpointed), `LearnerNode`
+(the learner, also the variable source; checkpoints), `ActorNode`
+(K environments acting with the latest weights), `EvaluatorNode` (current
+policy, no writes, logs episode returns) and `CoordinatorNode` (stops the
+program at the actor-step budget, over one agent's counter or a sweep's).
+The replay node is Launchpad's own `ReverbNode` over the builder's tables.
+
+Every node gets its components from an `IMPALABuilder`, runs its loop
+through `lifecycle.run_guarded` and polls `lp.wait_for_stop`, so the program
+stops within seconds of the budget, a signal or a failure (lifecycle.py),
+with a final checkpoint. `options` is the agent's `program.RunOptions`.
+"""
+
+import time
+from typing import Sequence
+
+import acme
+from acme.tf import savers as tf2_savers
+from acme.utils import counting
+from absl import logging
+import launchpad as lp
+import numpy as np
+import reverb
+
+from acme_impala import adders as adders_lib
+from acme_impala import builder as builder_lib
+from acme_impala import environments
+from acme_impala import lifecycle
+from acme_impala import loggers as loggers_lib
+from acme_impala import loops
+
+# Roles in seed derivation: each (agent, role, index) has its own stream.
+_ACTOR_ENV, _ACTOR_POLICY, _EVAL_ENV, _EVAL_POLICY = 1, 2, 3, 4
+
+
+def derive_seed(*parts: int) -> int:
+  """Independent, reproducible seeds for every node and environment."""
+  return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
+
+
+def node_seed(config, options, role: int, *index: int) -> int:
+  """The seed of one role of one agent: agents of a sweep share
+  `config.seed` but never a seed stream (their index is folded in)."""
+  return derive_seed(config.seed, options.agent_index, role, *index)
+
+
+def _checkpointer(obj, key: str, options,
+                  period_minutes: float) -> tf2_savers.Checkpointer:
+  # Acme's Checkpointer restores the latest checkpoint in its directory on
+  # construction; program.prepare_run makes sure one exists only with
+  # --restore.
+  return tf2_savers.Checkpointer(
+      objects_to_save={key: obj},
+      directory=options.logdir,  # Acme appends 'checkpoints/<subdirectory>'.
+      subdirectory=options.label(key),
+      time_delta_minutes=period_minutes,
+      add_uid=False)
+
+
+def wait_for_variables(actor, label: str, timeout_s: float = 300.) -> bool:
+  """Blocks until the learner serves its weights; False if stopping first.
+
+  Learner calls do not wait for the server to be ready (so that they fail
+  instead of hanging once it has stopped); at start-up the learner may still
+  be building its network, so retry until it answers.
+  """
+  deadline = time.time() + timeout_s
+  while True:
+    try:
+      actor.update(wait=True)
+      return True
+    except Exception as error:  # pylint: disable=broad-except
+      if lp.wait_for_stop(0.5):
+        return False
+      if time.time() > deadline:
+        raise TimeoutError(f'{label}: the learner did not serve its variables '
+                           f'within {timeout_s:.0f} s') from error
+
+
+class CounterNode(counting.Counter):
+  """The agent's Acme Counter, checkpointed on a timer and at stop."""
+
+  def __init__(self, options, checkpoint_period_minutes: float):
+    super().__init__()
+    self._options = options
+    self._checkpointer = _checkpointer(self, 'counter', options,
+                                       checkpoint_period_minutes)
+
+  def run(self):
+    def loop():
+      try:
+        while not lp.wait_for_stop(1.0):
+          self._checkpointer.save()
+      finally:
+        self._checkpointer.save(force=True)
+    lifecycle.run_guarded(self._options.label('counter'),
+                          self._options.status_dir, loop)
+
+
+class LearnerNode:
+  """IMPALALearner serving variables over courier, checkpointing, stoppable."""
+
+  def __init__(self, builder: builder_lib.IMPALABuilder,
+               replay: reverb.Client, counter: counting.Counter, options):
+    self._options = options
+    network = builder.make_network()
+    iterator = builder.make_dataset_iterator(
+        replay.server_address, should_stop=lifecycle.stop_requested)
+    self._learner = builder.make_learner(
+        network, iterator,
+        counter=counting.Counter(counter, 'learner'),
+        logger=loggers_lib.make_logger(
+            options.label('learner'), options.logdir,
+            steps_key='learner_steps',
+            terminal_time_delta=5.0, csv_time_delta=1.0,
+            tensorboard_time_delta=1.0))
+    # Checkpoint the TF state (network, optimiser, step), not the Python
+    # object: Acme's Checkpointer would call Learner.save() otherwise.
+    self._checkpointer = _checkpointer(
+        self._learner.state, 'learner', options,
+        builder.config.checkpoint_period_minutes)
+    logging.info('learner: starting at learner step %d.',
+                 self._learner.num_steps)
+
+  def get_variables(self, names):
+    return self._learner.get_variables(names)
+
+  def run(self):
+    def loop():
+      try:
+        while not lp.wait_for_stop(0):
+          try:
+            self._learner.step()
+          except StopIteration:
+            break  # The program is stopping (builder.BackgroundIterator).
+          self._checkpointer.save()
+      finally:
+        self._checkpointer.save(force=True)
+        logging.info('learner: checkpointed at learner step %d.',
+                     self._learner.num_steps)
+    lifecycle.run_guarded(self._options.label('learner'),
+                          self._options.status_dir, loop)
+
+
+class ActorNode:
+  """`envs_per_actor` environments acting with the latest learner weights."""
+
+  def __init__(self, builder: builder_lib.IMPALABuilder, replay: reverb.Client,
+               variable_source: acme.VariableSource,
+               counter: counting.Counter, actor_id: int, options):
+    config = builder.config
+    self._label = options.label(f'actor_{actor_id}')
+    self._options = options
+    k = config.envs_per_actor
+    self._envs = [
+        environments.make_environment(
+            config.env_id,
+            seed=node_seed(config, options, _ACTOR_ENV, actor_id, j))
+        for j in range(k)]
+    network = builder.make_network()
+    self._adder = builder.make_adder(replay, num_envs=k)
+    self._actor = builder.make_actor(
+        network, self._adder, variable_source,
+        seed=node_seed(config, options, _ACTOR_POLICY, actor_id), num_envs=k)
+    self._counter = counting.Counter(counter, 'actor', time_delta=1.0)
+    self._logger = loggers_lib.make_logger(
+        self._label, options.logdir, steps_key='actor_steps',
+        terminal_time_delta=10.0, csv_time_delta=0.0,
+        tensorboard_time_delta=1.0)
+
+  def _close_adder(self):
+    adders_lib.close_adder(self._adder)
+
+  def run(self):
+    # A writer blocked on a full queue (the learner has stopped) only returns
+    # when its stream is closed: close it as soon as a stop is requested.
+    lp.register_stop_handler(self._close_adder)
+
+    def loop():
+      # Wait for the learner's weights: acting with the random initial
+      # weights of this process would write useless off-policy data.
+      if not wait_for_variables(self._actor, self._label):
+        return
+      try:
+        if len(self._envs) == 1:
+          acme.EnvironmentLoop(self._envs[0], self._actor, self._counter,
+                               self._logger).run()
+        else:
+          loops.BatchedEnvironmentLoop(
+              self._envs, self._actor, self._counter, self._logger).run(
+                  should_stop=lambda: lp.wait_for_stop(0))
+      finally:
+        self._close_adder()
+        lp.unregister_stop_handler(self._close_adder)
+        self._logger.close()
+        for env in self._envs:
+          env.close()
+    lifecycle.run_guarded(self._label, self._options.status_dir, loop)
+
+
+class EvaluatorNode:
+  """Runs the current policy (no writes to Reverb) and logs episode returns."""
+
+  def __init__(self, builder: builder_lib.IMPALABuilder,
+               variable_source: acme.VariableSource,
+               counter: counting.Counter, options):
+    config = builder.config
+    self._options = options
+    self._interval_s = options.eval_interval_s
+    self._env = environments.make_environment(
+        config.env_id, seed=node_seed(config, options, _EVAL_ENV),
+        evaluation=True)
+    self._actor = builder.make_actor(
+        builder.make_network(), None, variable_source,
+        seed=node_seed(config, options, _EVAL_POLICY))
+    self._counter = counter
+    self._logger = loggers_lib.make_logger(
+        options.label('evaluator'), options.logdir, steps_key='actor_steps',
+        terminal_time_delta=0.0)
+
+  def _episode(self):
+    timestep = self._env.reset()
+    self._actor.observe_first(timestep)
+    episode_return, length = 0., 0
+    start = time.time()
+    while not timestep.last():
+      action = self._actor.select_action(timestep.observation)
+      timestep = self._env.step(action)
+      episode_return += float(timestep.reward)
+      length += 1
+      if length % 100 == 0 and lp.wait_for_stop(0):
+        return None
+    return {'episode_return': episode_return, 'episode_length': length,
+            'steps_per_second': length / max(time.time() - start, 1e-9)}
+
+  def run(self):
+    def loop():
+      try:
+        while not lp.wait_for_stop(0):
+          if not wait_for_variables(self._actor,
+                                    self._options.label('evaluator')):
+            break
+          result = self._episode()
+          if result is None:
+            break
+          counts = self._counter.get_counts()
+          result['actor_steps'] = counts.get('actor_steps', 0)
+          result['learner_steps'] = counts.get('learner_steps', 0)
+          self._logger.write(result)
+          # Evaluation shares the cores with acting and learning: pace it.
+          if lp.wait_for_stop(self._interval_s):
+            break
+      finally:
+        self._logger.close()
+        self._env.close()
+    lifecycle.run_guarded(self._options.label('evaluator'),
+                          self._options.status_dir, loop)
+
+
+class CoordinatorNode:
+  """Stops the program once every agent's actors have taken
+  `max_actor_steps` steps (one counter per agent)."""
+
+  def __init__(self, counters: Sequence[counting.Counter],
+               max_actor_steps: int, status_dir: str):
+    self._counters = list(counters)
+    self._max = max_actor_steps
+    self._status_dir = status_dir
+
+  def run(self):
+    def loop():
+      while not lp.wait_for_stop(0.5):
+        try:
+          steps = [c.get_counts().get('actor_steps', 0)
+                   for c in self._counters]
+        except Exception as error:  # pylint: disable=broad-except
+          # A counter node may still be starting.
+          logging.warning('coordinator: counter not reachable yet (%s).',
+                          error)
+          continue
+        if min(steps) >= self._max:
+          logging.info('coordinator: %d actor steps >= max_actor_steps=%d%s; '
+                       'stopping the program.', min(steps), self._max,
+                       ' for every agent' if len(steps) > 1 else '')
+          lp.stop()
+          return
+    lifecycle.run_guarded('coordinator', self._status_dir, loop)
