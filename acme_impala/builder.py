@@ -12,7 +12,7 @@ learner or actor into another Acme agent.
 
 import queue
 import threading
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional, Sequence
 
 from acme import adders as acme_adders
 from acme import core
@@ -186,6 +186,18 @@ class IMPALABuilder:
     self._agent_id = agent_id
     self._queue_table = queue_table
     self._replay_table = replay_table
+
+  @classmethod
+  def for_sweep_agent(cls, config: config_lib.IMPALAConfig,
+                      environment_spec: specs.EnvironmentSpec, agent_id: int,
+                      share_replay: bool) -> 'IMPALABuilder':
+    """Agent `agent_id` of a sweep: its own queue, and the shared replay
+    table or one of its own."""
+    replay = (types.REPLAY_TABLE if share_replay else
+              f'{types.REPLAY_TABLE}_{agent_id}')
+    return cls(config, environment_spec, agent_id=agent_id,
+               queue_table=f'{types.QUEUE_TABLE}_{agent_id}',
+               replay_table=replay)
 
   @property
   def config(self) -> config_lib.IMPALAConfig:
@@ -399,3 +411,17 @@ class IMPALABuilder:
     return learning.IMPALALearner(network, iterator, self._config,
                                   counter=counter, logger=logger,
                                   agent_id=self._agent_id)
+
+
+def make_server_tables(builders: Sequence[IMPALABuilder],
+                       share_replay: bool) -> List[reverb.Table]:
+  """The tables of one Reverb server holding several agents' data: every
+  agent's queue, and one replay table that all of them write into and sample
+  from (`share_replay`, LASER's shared replay) or each agent's own."""
+  tables = []
+  for b in builders:
+    tables.extend(b.make_replay_tables(include_replay=not share_replay))
+  with_replay = [b for b in builders if b.uses_replay]
+  if share_replay and with_replay:
+    tables.append(with_replay[0].make_replay_table())
+  return tables

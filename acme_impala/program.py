@@ -28,7 +28,6 @@ from acme_impala import config as config_lib
 from acme_impala import environments
 from acme_impala import lifecycle
 from acme_impala import nodes
-from acme_impala import types
 
 # Fields that fix the format of a trajectory: agents sharing a replay table
 # must agree on them (one Reverb signature for the table).
@@ -230,31 +229,14 @@ def add_agent_nodes(program: lp.Program, builder: builder_lib.IMPALABuilder,
   return counter
 
 
-def _tables(builders: Sequence[builder_lib.IMPALABuilder],
-            shared_replay: bool):
-  """The tables of one Reverb server: every agent's queue, and one replay
-  (shared) or each agent's own."""
-  tables = []
-  for b in builders:
-    tables.extend(b.make_replay_tables(include_replay=not shared_replay))
-  if shared_replay and any(b.uses_replay for b in builders):
-    tables.append(next(b for b in builders if b.uses_replay)
-                  .make_replay_table())
-  return tables
-
-
 def make_builders(run: PreparedRun) -> List[builder_lib.IMPALABuilder]:
   """One builder per agent, with the run's table names."""
   if len(run.agents) == 1:
     return [builder_lib.IMPALABuilder(run.agents[0].config,
                                       run.environment_spec)]
-  return [
-      builder_lib.IMPALABuilder(
-          a.config, run.environment_spec, agent_id=i,
-          queue_table=f'queue_{i}',
-          replay_table=(types.REPLAY_TABLE if run.share_replay else
-                        f'{types.REPLAY_TABLE}_{i}'))
-      for i, a in enumerate(run.agents)]
+  return [builder_lib.IMPALABuilder.for_sweep_agent(
+      agent.config, run.environment_spec, i, run.share_replay)
+          for i, agent in enumerate(run.agents)]
 
 
 def build_program(run: PreparedRun) -> lp.Program:
@@ -268,14 +250,16 @@ def build_program(run: PreparedRun) -> lp.Program:
   """
   builders = make_builders(run)
   program = lp.Program(name=run.name)
+
+  def reverb_node(server_builders):
+    return lp.ReverbNode(functools.partial(
+        builder_lib.make_server_tables, server_builders, run.share_replay))
+
   with program.group('replay'):
     if run.share_replay:
-      shared = program.add_node(lp.ReverbNode(
-          functools.partial(_tables, builders, True)))
-      replays = [shared] * len(builders)
+      replays = [program.add_node(reverb_node(builders))] * len(builders)
     else:
-      replays = [program.add_node(lp.ReverbNode(
-          functools.partial(_tables, [b], False))) for b in builders]
+      replays = [program.add_node(reverb_node([b])) for b in builders]
   counters = [add_agent_nodes(program, b, replay, a.options)
               for b, replay, a in zip(builders, replays, run.agents)]
   with program.group('coordinator'):

@@ -1,4 +1,4 @@
-"""The single-process agent learns: CartPole return rises."""
+"""The single-process agent learns (CartPole return rises), with LASER replay too."""
 
 import acme
 from acme import specs
@@ -10,17 +10,6 @@ from acme_impala import environments
 from acme_impala import configs
 
 
-class _Returns(loggers.Logger):
-  def __init__(self):
-    self.returns = []
-
-  def write(self, data):
-    self.returns.append(float(data['episode_return']))
-
-  def close(self):
-    pass
-
-
 def test_single_process_agent_return_rises_on_cartpole():
   # Small batches: many updates per environment step, so the rise shows
   # within a test budget (about 40k steps, 1-2 minutes here).
@@ -29,10 +18,10 @@ def test_single_process_agent_return_rises_on_cartpole():
   env = environments.make_environment(config.env_id, seed=0)
   agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
                            logger=loggers.NoOpLogger())
-  log = _Returns()
+  log = loggers.InMemoryLogger()
   loop = acme.EnvironmentLoop(env, agent, logger=log)
   loop.run(num_steps=40_000)
-  returns = np.array(log.returns)
+  returns = np.array([row['episode_return'] for row in log.data])
   first, last = returns[:50].mean(), returns[-20:].mean()
   # A uniform random policy averages ~22 on CartPole.
   assert first < 40
@@ -43,17 +32,6 @@ def test_single_process_agent_return_rises_on_cartpole():
   agent.close()
 
 
-class _Rows(loggers.Logger):
-  def __init__(self):
-    self.rows = []
-
-  def write(self, data):
-    self.rows.append(dict(data))
-
-  def close(self):
-    pass
-
-
 def test_single_process_agent_learns_from_laser_replay():
   """The single-process agent is built from the builder, so LASER works in
   it: 1 online + 7 replayed rows per batch, trust region, shared tables."""
@@ -61,7 +39,7 @@ def test_single_process_agent_learns_from_laser_replay():
       replay_fraction=0.875, kl_threshold=0.5, entropy_on_online_only=True,
       min_replay_size=16, replay_capacity=2000, seed=0)
   env = environments.make_environment(config.env_id, seed=0)
-  rows = _Rows()
+  rows = loggers.InMemoryLogger()
   agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
                            logger=rows)
   acme.EnvironmentLoop(env, agent, logger=loggers.NoOpLogger()).run(
@@ -77,7 +55,7 @@ def test_single_process_agent_learns_from_laser_replay():
   # min_replay_size and what is still in flight).
   steps = agent.learner.num_steps
   assert sizes['replay'] - 30 <= steps <= sizes['replay']
-  last = rows.rows[-1]
+  last = rows.data[-1]
   for key in ('rejected_fraction_online', 'rejected_fraction_replay',
               'replay_staleness_mean'):
     assert np.isfinite(last[key]), (key, last)

@@ -110,3 +110,59 @@ def test_module_targets_are_named_after_their_module():
       target = _module_target(src)
       if target is not None:
         assert target == name, (name, src)
+
+
+def _package_sources():
+  return sorted(glob.glob('acme_impala/*.py', root_dir=ROOT) +
+                glob.glob('acme_impala/configs/*.py', root_dir=ROOT))
+
+
+def _parse(path):
+  with open(os.path.join(ROOT, path)) as f:
+    return ast.parse(f.read())
+
+
+# Public API of namedtuples despite the underscore.
+NAMEDTUPLE_API = ('_fields', '_replace', '_asdict', '_make')
+
+
+def test_no_module_reaches_into_private_attributes():
+  """Only compat.py (the Acme/Sonnet workarounds) may read `x._name` of an
+  object that is not the module's own `self`/`cls`."""
+  found = []
+  for path in _package_sources():
+    if path == 'acme_impala/compat.py':
+      continue
+    for node in ast.walk(_parse(path)):
+      if (isinstance(node, ast.Attribute) and node.attr.startswith('_') and
+          not node.attr.startswith('__') and
+          node.attr not in NAMEDTUPLE_API and
+          not (isinstance(node.value, ast.Name) and
+               node.value.id in ('self', 'cls', 'os', 'sys'))):
+        found.append(f'{path}:{node.lineno} .{node.attr}')
+  assert not found, found
+
+
+def test_only_the_builder_makes_tables_and_names_them():
+  """Reverb tables, table names and datasets appear in builder.py only
+  (types.py holds the names)."""
+  found = []
+  for path in _package_sources():
+    if path in ('acme_impala/builder.py', 'acme_impala/types.py'):
+      continue
+    for node in ast.walk(_parse(path)):
+      if isinstance(node, ast.Attribute) and (
+          node.attr in ('QUEUE_TABLE', 'REPLAY_TABLE', 'Table',
+                        'TrajectoryDataset')):
+        found.append(f'{path}:{node.lineno} .{node.attr}')
+  assert not found, found
+
+
+def test_readme_layout_lists_every_module():
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    readme = f.read()
+  layout = readme[readme.index('## Layout'):]
+  layout = layout[:layout.index('\n## ', 1)]
+  missing = [path for path in glob.glob('acme_impala/*.py', root_dir=ROOT)
+             if not path.endswith('__init__.py') and f'`{path}`' not in layout]
+  assert not missing, f'README layout table lacks {sorted(missing)}'

@@ -29,17 +29,6 @@ import learner_reference
 B, T = 4, 5
 
 
-class _ListLogger(loggers.Logger):
-  def __init__(self):
-    self.rows = []
-
-  def write(self, data):
-    self.rows.append(dict(data))
-
-  def close(self):
-    pass
-
-
 def _config(**kw):
   return config_lib.IMPALAConfig(unroll_length=T, batch_size=B, lstm_size=16,
                                  max_queue_size=1000, **kw)
@@ -90,7 +79,7 @@ def test_learner_step_with_xla_on_real_dataset(filled_queue):
   server, spec, config = filled_queue
   assert config.compile_mode == 'vtrace_and_optimizer'  # XLA on by default.
   net = _network(config, spec)
-  logger = _ListLogger()
+  logger = loggers.InMemoryLogger()
   ds = datasets.make_reverb_dataset(
       server_address=f'localhost:{server.port}', table=types.QUEUE_TABLE,
       batch_size=B, num_parallel_calls=1)
@@ -101,7 +90,7 @@ def test_learner_step_with_xla_on_real_dataset(filled_queue):
   assert learner.num_steps == 3
   after = [v.numpy() for v in net.trainable_variables]
   assert any(not np.allclose(a, b) for a, b in zip(before, after))
-  row = logger.rows[-1]
+  row = logger.data[-1]
   for key in ('loss', 'policy_loss', 'baseline_loss', 'entropy_loss',
               'entropy', 'grad_norm', 'clipped_rho_fraction', 'learning_rate',
               'policy_lag_mean', 'compile_time_s', 'steps_per_second',
@@ -127,7 +116,7 @@ def test_compile_modes_agree(filled_queue):
     cfg = config.replace(compile_mode=mode)
     net = _network(cfg, spec, seed=1)
     learner = learning.IMPALALearner(net, iter([batch, batch]), cfg,
-                                     logger=_ListLogger())
+                                     logger=loggers.InMemoryLogger())
     learner.step()
     learner.step()
     results[mode] = [v.numpy() for v in net.trainable_variables]
@@ -140,12 +129,12 @@ def test_learning_rate_anneals_linearly_to_zero(filled_queue):
   server, spec, config = filled_queue
   batch = _batches(server, 1)[0]
   cfg = config.replace(lr_anneal_steps=4, learning_rate=1e-3)
-  logger = _ListLogger()
+  logger = loggers.InMemoryLogger()
   learner = learning.IMPALALearner(_network(cfg, spec), iter([batch] * 6),
                                    cfg, logger=logger)
   for _ in range(6):
     learner.step()
-  lrs = [r['learning_rate'] for r in logger.rows]
+  lrs = [r['learning_rate'] for r in logger.data]
   np.testing.assert_allclose(lrs, [1e-3, 7.5e-4, 5e-4, 2.5e-4, 0., 0.],
                              atol=1e-9)
 
@@ -154,7 +143,7 @@ def test_get_variables_honours_names(filled_queue):
   server, spec, config = filled_queue
   net = _network(config, spec)
   learner = learning.IMPALALearner(net, iter(_batches(server, 1)), config,
-                                   logger=_ListLogger())
+                                   logger=loggers.InMemoryLogger())
   learner.step()
   steps, policy = learner.get_variables(['learner_steps', 'policy'])
   assert steps == [1]
@@ -173,7 +162,7 @@ def test_acme_learner_trains_on_items_from_our_actor(filled_queue):
       batch_size=B, num_parallel_calls=1)
   acme_learner = acme_learning.IMPALALearner(
       environment_spec=spec, network=net, dataset=ds, learning_rate=1e-3,
-      logger=_ListLogger())
+      logger=loggers.InMemoryLogger())
   before = [v.numpy().copy() for v in net.trainable_variables]
   acme_learner.step()
   acme_learner.step()
@@ -295,7 +284,7 @@ def test_our_learner_trains_on_items_from_acme_actor_and_adder():
   np.testing.assert_array_equal(got_mask, mask)
   assert 0 < mask.sum() < B * T  # Padding was masked out, real steps kept.
 
-  logger = _ListLogger()
+  logger = loggers.InMemoryLogger()
   learner = learning.IMPALALearner(net, iter([batch] + later), config,
                                    logger=logger)
   before = [v.numpy().copy() for v in net.trainable_variables]
@@ -303,20 +292,20 @@ def test_our_learner_trains_on_items_from_acme_actor_and_adder():
     learner.step()
   after = [v.numpy() for v in net.trainable_variables]
   assert any(not np.allclose(a, b) for a, b in zip(before, after))
-  assert np.isfinite(logger.rows[-1]['loss'])
+  assert np.isfinite(logger.data[-1]['loss'])
   # The data is on-policy (pi = mu up to float rounding), so every rho sits
   # on the clipping threshold 1 and which side of it the reference's float64
   # ratios land on is rounding: clipped_rho_fraction is left out.
   learner_reference.assert_logged_matches(
-      logger.rows[0], expected,
+      logger.data[0], expected,
       keys=tuple(k for k in learner_reference.LOSS_KEYS +
                  learner_reference.DIAGNOSTIC_KEYS
                  if k != 'clipped_rho_fraction'))
   # Same network, data just written: on-policy, so no rho was clipped at
   # the first update (the learner has not moved yet; its unroll reproduces
   # the actor's float32 logits).
-  np.testing.assert_allclose(logger.rows[0]['mean_rho'], 1., atol=1e-5)
-  assert logger.rows[0]['clipped_rho_fraction'] == 0.
+  np.testing.assert_allclose(logger.data[0]['mean_rho'], 1., atol=1e-5)
+  assert logger.data[0]['clipped_rho_fraction'] == 0.
 
 
 def test_trust_region_rejects_off_policy_transitions(filled_queue):
@@ -327,12 +316,12 @@ def test_trust_region_rejects_off_policy_transitions(filled_queue):
   rejected = {}
   for b in (None, 1e-6):
     cfg = config.replace(kl_threshold=b)
-    logger = _ListLogger()
+    logger = loggers.InMemoryLogger()
     learner = learning.IMPALALearner(_network(cfg, spec, seed=7),
                                      iter([batch]), cfg, logger=logger)
     learner.step()
-    rejected[b] = logger.rows[0]['rejected_fraction_online']
-    assert np.isnan(logger.rows[0]['rejected_fraction_replay'])  # f = 0
+    rejected[b] = logger.data[0]['rejected_fraction_online']
+    assert np.isnan(logger.data[0]['rejected_fraction_replay'])  # f = 0
   assert rejected[None] == 0.
   assert rejected[1e-6] > 0.5
 
@@ -349,17 +338,17 @@ def test_entropy_on_online_rows_only(filled_queue):
   for online_only in (False, True):
     cfg = config.replace(replay_fraction=0.5,
                          entropy_on_online_only=online_only)
-    logger = _ListLogger()
+    logger = loggers.InMemoryLogger()
     learner = learning.IMPALALearner(_network(cfg, spec, seed=5),
                                      iter([batch]), cfg, logger=logger)
     learner.step()
-    entropies[online_only] = logger.rows[0]['entropy']
+    entropies[online_only] = logger.data[0]['entropy']
   half = tf.nest.map_structure(lambda x: x[:B // 2], sample.data)
   cfg = config.replace(replay_fraction=0.)
-  logger = _ListLogger()
+  logger = loggers.InMemoryLogger()
   learning.IMPALALearner(_network(cfg, spec, seed=5), iter([half]), cfg,
                          logger=logger).step()
-  np.testing.assert_allclose(entropies[True], logger.rows[0]['entropy'],
+  np.testing.assert_allclose(entropies[True], logger.data[0]['entropy'],
                              rtol=1e-5)
   assert entropies[True] != entropies[False]
 

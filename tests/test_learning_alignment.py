@@ -65,18 +65,6 @@ B = len(ROWS)
 RANDOM_STATE_ROWS = (0, 1, 3, 4, 6, 8)
 
 
-class _ListLogger(loggers.Logger):
-
-  def __init__(self):
-    self.rows = []
-
-  def write(self, data):
-    self.rows.append(dict(data))
-
-  def close(self):
-    pass
-
-
 def _config(**kw):
   base = dict(unroll_length=T, batch_size=B, lstm_size=16,
               max_queue_size=100, kl_threshold=None,
@@ -257,7 +245,7 @@ def test_reference_vtrace_is_n_step_return_on_policy():
 
 
 def _learner_step(config, items, net, online=None):
-  logger = _ListLogger()
+  logger = loggers.InMemoryLogger()
   data = tree.map_structure(tf.constant, items)
   sample = data if online is None else types.Batch(
       data=data, online=tf.constant(online))
@@ -265,7 +253,7 @@ def _learner_step(config, items, net, online=None):
                                    logger=logger)
   learner.step()
   assert learner.num_steps == 1
-  return logger.rows[0]
+  return logger.data[0]
 
 
 @pytest.mark.parametrize('compile_mode', ['none', 'vtrace_and_optimizer'])

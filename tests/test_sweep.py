@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from acme_impala import configs
@@ -81,12 +82,24 @@ def test_two_agents_share_one_replay_under_test_mt(tmp_path):
       '--lp_launch_type=test_mt', f'--logdir={logdir}',
       '--learning_rates=1e-3,2e-3', '--entropy_costs=0.01',
       '--num_actors=1', '--max_actor_steps=2000',
-      '--config.kl_threshold=1.0'])
+      '--config.kl_threshold=1.0', '--config.anneal_learning_rate=true'])
   assert rc == 0, out[-4000:]
-  for i in range(2):
+  # f = 0.875 of batch 8: one online trajectory of 10 steps per learner step,
+  # so the 2000-step budget is 200 learner steps for each agent.
+  horizon = 2000 // (1 * 10)
+  for i, base_lr in enumerate((1e-3, 2e-3)):
+    assert (f'agent_{i}: learning_rate={base_lr} entropy_cost=0.01 '
+            f'replay_fraction=0.875 kl_threshold=1.0 '
+            f'lr_anneal_steps={horizon}') in out
     rows = _learner_rows(os.path.join(logdir, 'logs', f'agent_{i}',
                                       'learner', 'logs.csv'))
     assert rows and float(rows[-1]['learner_steps']) >= 1
+    for row in rows:
+      # The rate of step s (logged after it) is lr * (1 - (s - 1) / H).
+      step = float(row['learner_steps'])
+      expected = base_lr * max(0., 1. - (step - 1) / horizon)
+      np.testing.assert_allclose(float(row['learning_rate']), expected,
+                                 rtol=1e-5, atol=1e-9)
     assert os.path.exists(os.path.join(logdir, 'logs', f'agent_{i}',
                                        'evaluator', 'logs.csv'))
   assert 'share_replay=True' in out
