@@ -57,6 +57,8 @@ class MixedBatches:
     self._replay = None
     self._rows: List = []  # Online rows read but not yet learned from.
     self._num_rows = 0
+    self._online_flags = tf.constant([True] * num_online +
+                                     [False] * num_replayed)
 
   def __iter__(self):
     return self
@@ -80,9 +82,13 @@ class MixedBatches:
       self._num_rows += int(tree.flatten(part)[0].shape[0])
 
   def _take_online(self):
+    n = self._num_online
+    if len(self._rows) == 1 and self._num_rows == n:
+      # The usual case, one full read: no copy.
+      self._num_rows = 0
+      return self._rows.pop()
     rows = (self._rows[0] if len(self._rows) == 1 else tree.map_structure(
         lambda *xs: tf.concat(xs, axis=0), *self._rows))
-    n = self._num_online
     self._num_rows -= n
     self._rows = ([tree.map_structure(lambda x: x[n:], rows)]
                   if self._num_rows else [])
@@ -106,9 +112,7 @@ class MixedBatches:
       parts.append(replayed)
     data = parts[0] if len(parts) == 1 else tree.map_structure(
         lambda a, b: tf.concat([a, b], axis=0), *parts)
-    online = tf.constant([True] * self._num_online +
-                         [False] * self._num_replayed)
-    return types.Batch(data=data, online=online)
+    return types.Batch(data=data, online=self._online_flags)
 
 
 class BackgroundIterator:

@@ -13,8 +13,13 @@ that followed, `start_of_episode`, and the extras written by the actor.
 The last step only provides the bootstrap observation. When an episode ends
 inside a sequence, Acme's adder writes a dummy step (the final observation
 with a zero action) just before the first step of the next episode; that step
-is masked out of the loss and cuts the V-trace traces, and the LSTM is reset
-at `start_of_episode` steps, as the actor did.
+is masked out of the loss and cuts the V-trace traces (`valid_transitions`,
+which also masks the zero padding of Acme's default `EndBehavior.ZERO_PAD`),
+and the LSTM is reset at `start_of_episode` steps, as the actor did.
+
+Which rows of a batch are online (from the queue) and which replayed is said
+by the batch itself (`types.Batch.online`); plain Acme samples are all
+online.
 """
 
 import functools
