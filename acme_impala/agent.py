@@ -100,13 +100,14 @@ class IMPALA(acme.Actor):
 
   def update(self, wait: bool = False):
     del wait
+    cfg = self._config
     while self._batch_ready():
       try:
         self._learner.step()
       except StopIteration:
         return  # Items still in flight to the server; no row is lost.
       if not self._builder.uses_queue:
-        self._new_steps -= self._config.num_replayed * self._config.unroll_length
+        self._new_steps -= cfg.num_replayed * cfg.unroll_length
 
   def close(self):
     # Close the writer first: once the server is gone, a writer's flush on

@@ -2,6 +2,7 @@
 
 import acme
 from acme import specs
+from acme.utils import counting
 from acme.utils import loggers
 import numpy as np
 
@@ -62,4 +63,23 @@ def test_single_process_agent_learns_from_laser_replay():
   # Replayed rows (uniform over ~300 trajectories) were written by much
   # older weights than the newest online row.
   assert last['replay_staleness_mean'] > last['policy_lag_mean'] + 10
+  agent.close()
+
+
+def test_single_process_agent_replay_only_learns_at_the_rate_data_arrives():
+  """f = 1 has no queue: one learner step per num_replayed * unroll_length
+  new environment steps (the rate at which new data enters the replay)."""
+  config = configs.get_config('cartpole').replace(
+      replay_fraction=1.0, min_replay_size=8, replay_capacity=1000, seed=0)
+  env = environments.make_environment(config.env_id, seed=0)
+  agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
+                           logger=loggers.NoOpLogger())
+  counter = counting.Counter()
+  acme.EnvironmentLoop(env, agent, counter=counter,
+                       logger=loggers.NoOpLogger()).run(num_steps=2000)
+  steps = counter.get_counts()['steps']
+  assert set(agent.server.localhost_client().server_info()) == {'replay'}
+  expected = steps // (config.batch_size * config.unroll_length)
+  assert expected >= 25
+  assert expected - 1 <= agent.learner.num_steps <= expected
   agent.close()
