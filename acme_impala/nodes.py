@@ -5,7 +5,8 @@ Nodes: `CounterNode` (the agent's Acme counter, checkpointed), `LearnerNode`
 (K environments acting with the latest weights), `EvaluatorNode` (current
 policy, no writes, logs episode returns) and `CoordinatorNode` (stops the
 program at the actor-step budget, over one agent's counter or a sweep's).
-The replay node is Launchpad's own `ReverbNode` over the builder's tables.
+`ReplayNode` is Launchpad's `ReverbNode` over the builder's tables,
+checkpointed into the run's directory.
 
 Every node gets its components from an `IMPALABuilder`, runs its loop
 through `lifecycle.run_guarded` and polls `lp.wait_for_stop`, so the program
@@ -21,6 +22,7 @@ from acme.tf import savers as tf2_savers
 from acme.utils import counting
 from absl import logging
 import launchpad as lp
+from launchpad import address as lp_address
 import numpy as np
 import reverb
 
@@ -77,6 +79,52 @@ def wait_for_variables(actor, label: str, timeout_s: float = 300.) -> bool:
       if time.time() > deadline:
         raise TimeoutError(f'{label}: the learner did not serve its variables '
                            f'within {timeout_s:.0f} s') from error
+
+
+class ReplayNode(lp.ReverbNode):
+  """The Reverb server of the builder's tables, checkpointed into the run.
+
+  Launchpad's ReverbNode with Reverb's own checkpointer writing into
+  `<logdir>/checkpoints/replay`, on a timer and at stop. A server started on
+  a directory that holds a checkpoint loads the latest one (Reverb's
+  checkpointer does), so `--restore` brings the replay, and the queue, back
+  with their contents; the tables must be configured as when they were
+  saved. Runs through `lifecycle.run_guarded`: a failure names the node.
+  """
+
+  def __init__(self, make_tables, checkpoint_dir: str,
+               period_minutes: float, label: str, status_dir: str):
+    super().__init__(make_tables)
+    self._make_tables = make_tables
+    self._checkpoint_dir = checkpoint_dir
+    self._period_s = period_minutes * 60.
+    self._label = label
+    self._status_dir = status_dir
+
+  def run(self):
+    def loop():
+      server = reverb.Server(
+          tables=self._make_tables(),
+          port=lp_address.get_port_from_address(
+              self.reverb_address.resolve()),
+          checkpointer=reverb.checkpointers.DefaultCheckpointer(
+              path=self._checkpoint_dir))
+      client = server.localhost_client()
+      sizes = {name: info.current_size
+               for name, info in client.server_info().items()}
+      if any(sizes.values()):
+        logging.info('%s: restored tables from %s: %s', self._label,
+                     self._checkpoint_dir, sizes)
+      try:
+        while not lp.wait_for_stop(self._period_s):
+          client.checkpoint()
+      finally:
+        path = client.checkpoint()
+        logging.info('%s: checkpointed tables %s to %s.', self._label,
+                     {name: info.current_size
+                      for name, info in client.server_info().items()}, path)
+        server.stop()
+    lifecycle.run_guarded(self._label, self._status_dir, loop)
 
 
 class CounterNode(counting.Counter):

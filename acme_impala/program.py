@@ -251,15 +251,23 @@ def build_program(run: PreparedRun) -> lp.Program:
   builders = make_builders(run)
   program = lp.Program(name=run.name)
 
-  def reverb_node(server_builders):
-    return lp.ReverbNode(functools.partial(
-        builder_lib.make_server_tables, server_builders, run.share_replay))
+  def replay_node(server_builders, label):
+    options = run.agents[0].options
+    return nodes.ReplayNode(
+        functools.partial(builder_lib.make_server_tables, server_builders,
+                          run.share_replay),
+        checkpoint_dir=os.path.join(options.checkpoint_dir, label),
+        period_minutes=min(b.config.checkpoint_period_minutes
+                           for b in server_builders),
+        label=label, status_dir=run.status_dir)
 
   with program.group('replay'):
     if run.share_replay:
-      replays = [program.add_node(reverb_node(builders))] * len(builders)
+      replays = [program.add_node(replay_node(builders, 'replay'))
+                 ] * len(builders)
     else:
-      replays = [program.add_node(reverb_node([b])) for b in builders]
+      replays = [program.add_node(replay_node([b], f'replay_{i}'))
+                 for i, b in enumerate(builders)]
   counters = [add_agent_nodes(program, b, replay, a.options)
               for b, replay, a in zip(builders, replays, run.agents)]
   with program.group('coordinator'):

@@ -6,6 +6,7 @@ check that they finish, write their logs, and leave no process behind.
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,7 +96,8 @@ def first_run(tmp_path_factory):
 def test_local_mp_run_exits_0_writes_csv_and_leaves_no_process(first_run):
   logdir, rc, out, pid = first_run
   assert rc == 0, out[-5000:]
-  assert 'exiting with status 0' in out
+  # The launcher speaks with the program's own name.
+  assert 'impala: all nodes stopped; exiting with status 0.' in out
   for label in ('learner', 'actor_0', 'actor_1', 'evaluator'):
     path = os.path.join(logdir, 'logs', label, 'logs.csv')
     assert os.path.exists(path), label
@@ -136,7 +138,7 @@ def test_failing_node_stops_program_with_message(tmp_path):
                       logdir, env_extra={
                           lifecycle.INJECT_FAILURE_ENV: 'actor_1'})
   assert rc == 1, out[-5000:]
-  assert "node 'actor_1' failed: InjectedFailure" in out
+  assert "impala: node 'actor_1' failed: InjectedFailure" in out
   time.sleep(1)
   assert _session_processes(pid) == []
 
@@ -269,3 +271,26 @@ def test_sweep_agents_get_their_own_seed_streams(tmp_path):
               nodes.node_seed(builder.config, options, 4)]
   # Every environment and sampler of both agents has its own seed.
   assert len(seeds) == 2 * (2 * (8 + 1) + 2) and len(set(seeds)) == len(seeds)
+
+
+def test_restore_brings_back_the_replay_contents(tmp_path):
+  """The replay node checkpoints its tables (Reverb's checkpointer) into
+  the run's logdir at stop; --restore starts it from that checkpoint."""
+  logdir = str(tmp_path / 'laser')
+  laser = ['--config.replay_fraction=0.5', '--config.min_replay_size=8',
+           '--config.replay_capacity=500', '--noevaluator', '--num_actors=1']
+  rc, out, _ = _run(laser + ['--max_actor_steps=3000'], logdir)
+  assert rc == 0, out[-5000:]
+  saved = re.search(r"replay: checkpointed tables \{[^}]*'replay': (\d+)",
+                    out)
+  assert saved, out[-5000:]
+  assert int(saved.group(1)) > 0
+  assert os.listdir(os.path.join(logdir, 'checkpoints', 'replay'))
+  rc, out, pid = _run(laser + ['--max_actor_steps=4000', '--restore'], logdir)
+  assert rc == 0, out[-5000:]
+  restored = re.search(r"replay: restored tables from [^{]*\{[^}]*"
+                       r"'replay': (\d+)", out)
+  assert restored, out[-5000:]
+  assert restored.group(1) == saved.group(1)
+  time.sleep(1)
+  assert _session_processes(pid) == []
