@@ -101,6 +101,11 @@ class ReplayNode(lp.ReverbNode):
     self._label = label
     self._status_dir = status_dir
 
+  @staticmethod
+  def _sizes(client: reverb.Client):
+    return {name: info.current_size
+            for name, info in client.server_info().items()}
+
   def run(self):
     def loop():
       server = reverb.Server(
@@ -110,8 +115,7 @@ class ReplayNode(lp.ReverbNode):
           checkpointer=reverb.checkpointers.DefaultCheckpointer(
               path=self._checkpoint_dir))
       client = server.localhost_client()
-      sizes = {name: info.current_size
-               for name, info in client.server_info().items()}
+      sizes = self._sizes(client)
       if any(sizes.values()):
         logging.info('%s: restored tables from %s: %s', self._label,
                      self._checkpoint_dir, sizes)
@@ -119,10 +123,12 @@ class ReplayNode(lp.ReverbNode):
         while not lp.wait_for_stop(self._period_s):
           client.checkpoint()
       finally:
+        # Writers may still insert while the checkpoint is taken: the saved
+        # sizes lie between the sizes read before and after it.
+        before = self._sizes(client)
         path = client.checkpoint()
-        logging.info('%s: checkpointed tables %s to %s.', self._label,
-                     {name: info.current_size
-                      for name, info in client.server_info().items()}, path)
+        logging.info('%s: checkpointed tables %s to %s (sizes when it ended: '
+                     '%s).', self._label, before, path, self._sizes(client))
         server.stop()
     lifecycle.run_guarded(self._label, self._status_dir, loop)
 
