@@ -41,14 +41,20 @@ def sample_categorical(rng: np.random.Generator, logits: np.ndarray
 
 
 class _TolerantUpdates:
-  """Keeps acting on the current weights while the learner is briefly
-  unreachable (e.g. busy compiling its first step); raises only once it has
-  failed to answer for `max_outage_s`. Blocking updates (wait=True) raise."""
+  """Keeps acting on the current weights while the learner is unreachable
+  (busy compiling its first step, or restarting after a crash). Failures are
+  logged at the first one and then at most every `log_every_s`; with
+  `max_outage_s` set, an outage longer than that raises. Blocking updates
+  (wait=True) raise."""
 
-  def __init__(self, client, max_outage_s: float = 120.):
+  def __init__(self, client, max_outage_s: Optional[float] = None,
+               log_every_s: float = 30.):
     self._client = client
     self._max_outage_s = max_outage_s
+    self._log_every_s = log_every_s
     self._failing_since = None
+    self._failures = 0
+    self._last_log = 0.
 
   def update(self, wait: bool = False):
     if wait:
@@ -58,18 +64,30 @@ class _TolerantUpdates:
       return
     try:
       self._client.update(wait)
-      self._failing_since = None
     except Exception as error:  # pylint: disable=broad-except
       # Acme's VariableClient keeps a failed future and would re-raise it on
       # every call: drop it so that the next update asks again.
       compat.forget_failed_variable_update(self._client)
       now = time.time()
+      self._failures += 1
       if self._failing_since is None:
         self._failing_since = now
-        logging.warning('Variable update failed (%s); acting on the current '
-                        'weights and retrying.', error)
-      elif now - self._failing_since > self._max_outage_s:
+      if now - self._last_log >= self._log_every_s:
+        self._last_log = now
+        logging.warning('Variable update failed (%s); %d failures in %.0f s; '
+                        'acting on the current weights and retrying.', error,
+                        self._failures, now - self._failing_since)
+      if (self._max_outage_s is not None and
+          now - self._failing_since > self._max_outage_s):
         raise
+      return
+    if self._failing_since is not None and compat.variable_update_idle(
+        self._client):
+      # Idle after a failure means a fetch completed: the outage is over.
+      logging.warning('Variable updates work again after %.1f s (%d failed '
+                      'fetches).', time.time() - self._failing_since,
+                      self._failures)
+      self._failing_since, self._failures, self._last_log = None, 0, 0.
 
 
 def make_variable_client(

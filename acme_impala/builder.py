@@ -12,6 +12,7 @@ learner or actor into another Acme agent.
 
 import queue
 import threading
+import time
 from typing import Callable, Iterator, List, Optional, Sequence
 
 from acme import adders as acme_adders
@@ -21,6 +22,7 @@ from acme.adders import reverb as acme_reverb
 from acme.tf import utils as tf2_utils
 from acme.utils import counting
 from acme.utils import loggers
+from absl import logging
 import reverb
 import tensorflow as tf
 import tree
@@ -46,9 +48,18 @@ class MixedBatches:
   rebuilding only the dataset that ended.
   """
 
+  # Errors of a Reverb read while the server is away (e.g. restarting after
+  # a crash). Reverb's datasets retry most of these themselves.
+  _UNAVAILABLE = (tf.errors.UnavailableError, tf.errors.CancelledError,
+                  tf.errors.AbortedError, reverb.errors.ReverbError)
+
   def __init__(self, make_online: Optional[Callable[[], Iterator]],
                make_replay: Optional[Callable[[], Iterator]],
-               num_online: int, num_replayed: int):
+               num_online: int, num_replayed: int,
+               max_backoff_s: float = 10.):
+    self._max_backoff_s = max_backoff_s
+    self._backoff_s = 0.
+    self._outage_since = None
     self._make_online = make_online
     self._make_replay = make_replay
     self._num_online = num_online
@@ -63,10 +74,30 @@ class MixedBatches:
   def __iter__(self):
     return self
 
-  @staticmethod
-  def _next(iterator):
-    sample = next(iterator)
+  def _next(self, iterator):
+    try:
+      sample = next(iterator)
+    except self._UNAVAILABLE as error:
+      self._lost_server(error)
+      raise StopIteration from error
     return sample.data if isinstance(sample, reverb.ReplaySample) else sample
+
+  def _lost_server(self, error):
+    """Drops both datasets; the next call rebuilds them after a backoff.
+    Rows already read stay in `_rows`."""
+    self._online = self._replay = None
+    now = time.time()
+    if self._outage_since is None:
+      self._outage_since = now
+      logging.warning('learner data: the Reverb server is unreachable (%s); '
+                      'reconnecting with backoff.', error)
+    self._backoff_s = min(max(2 * self._backoff_s, 0.5), self._max_backoff_s)
+
+  def _reconnected(self):
+    if self._outage_since is not None:
+      logging.warning('learner data: reading again after %.1f s.',
+                      time.time() - self._outage_since)
+      self._outage_since, self._backoff_s = None, 0.
 
   def _fill_online(self):
     """Reads queue rows until a full online part is held."""
@@ -95,6 +126,8 @@ class MixedBatches:
     return tree.map_structure(lambda x: x[:n], rows)
 
   def __next__(self) -> types.Batch:
+    if self._backoff_s:
+      time.sleep(self._backoff_s)
     parts = []
     self._fill_online()
     if self._num_replayed:
@@ -112,6 +145,7 @@ class MixedBatches:
       parts.append(replayed)
     data = parts[0] if len(parts) == 1 else tree.map_structure(
         lambda a, b: tf.concat([a, b], axis=0), *parts)
+    self._reconnected()
     return types.Batch(data=data, online=self._online_flags)
 
 

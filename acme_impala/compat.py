@@ -44,6 +44,12 @@ def forget_failed_variable_update(client) -> None:
   client._future = None  # pylint: disable=protected-access
 
 
+def variable_update_idle(client) -> bool:
+  """True when an Acme `VariableClient` has no fetch in flight (its
+  `_future` is None: the last one completed and was copied)."""
+  return client._future is None  # pylint: disable=protected-access
+
+
 def create_rmsprop_slots(optimizer, variables: Sequence[tf.Variable],
                          initial_ms: float) -> None:
   """Creates a Sonnet RMSProp's slots now, with its mean square at

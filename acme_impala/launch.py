@@ -12,22 +12,31 @@ import launchpad as lp
 
 from acme_impala import config_flags
 from acme_impala import lifecycle
+from acme_impala import supervisor
 
 
 def launch_and_wait(program, logdir: str,
-                    launch_type: str = 'local_mp') -> int:
+                    launch_type: str = 'local_mp',
+                    restarts: str = '',
+                    termination_notice_s: float = 30.) -> int:
   """Launches `program`, waits for every node, returns the exit status.
 
-  0 when the program stopped normally (step budget, Ctrl-C, SIGTERM); 1 with
-  the failing node's message when a node failed. Messages start with the
-  program's own name.
+  0 when the program stopped normally (step budget, Ctrl-C, SIGTERM) and
+  every lost node process was restarted; 1 with the failing node's message
+  when a node failed or a group exceeded its restart limit. Messages start
+  with the program's own name. `local_mp` runs under `supervisor.Supervisor`
+  (restarts per `restarts`, see `supervisor.parse_restart_policies`); the
+  thread-based launch types (`local_mt`, `test_mt`) have no processes to
+  restart and use Launchpad's launcher.
   """
   name = program.name
   status_dir = os.path.join(os.path.abspath(logdir), 'status')
-  kwargs = {}
   if launch_type == 'local_mp':
-    kwargs['terminal'] = 'current_terminal'
-  manager = lp.launch(program, launch_type=launch_type, **kwargs)
+    policies = supervisor.parse_restart_policies(restarts)
+    return supervisor.Supervisor(
+        program, status_dir, policies,
+        termination_notice_s=termination_notice_s).run()
+  manager = lp.launch(program, launch_type=launch_type)
   crashed = None
   try:
     manager.wait()
@@ -57,6 +66,13 @@ def run_program(name: str, main) -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
 
   argv, overrides_text = config_flags.split_config_overrides(sys.argv)
+  flags.DEFINE_string(
+      'restarts', '',
+      'Restart limits per node role over the defaults (every role: 3 '
+      'restarts within 600 s), as ROLE=N[/SECONDS],...; roles: '
+      f'{", ".join(supervisor.ROLES)}. E.g. --restarts=actor=5/600,learner=0.'
+      ' A node process that dies without a program stop is restarted until '
+      'its limit is exceeded; then the program stops with status 1.')
   flags.FLAGS.set_default('lp_launch_type', 'local_mp')
   # A stop can arrive while the learner compiles its first step (10-20 s on
   # 2 busy cores), which cannot be interrupted; Launchpad's default notice
@@ -66,6 +82,7 @@ def run_program(name: str, main) -> None:
   def _main(argv):
     try:
       overrides = config_flags.parse_overrides(overrides_text)
+      supervisor.parse_restart_policies(flags.FLAGS.restarts)
     except ValueError as error:
       print(f'{name}: error: {error}', file=sys.stderr)
       sys.exit(2)

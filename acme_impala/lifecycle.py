@@ -20,8 +20,9 @@ import functools
 import glob
 import os
 import threading
+import time
 import traceback
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from absl import logging
 import launchpad as lp
@@ -33,6 +34,17 @@ _FAILURE_PREFIX = 'FAILED-'
 # being constructed instead.
 INJECT_FAILURE_ENV = 'ACME_IMPALA_INJECT_FAILURE'
 _CONSTRUCT_SUFFIX = ':construct'
+
+
+# Set by the supervising launcher (supervisor.py) in every node process: how
+# many times this node has been restarted, and its title ('actor/1').
+RESTART_COUNT_ENV = 'ACME_IMPALA_RESTART_COUNT'
+NODE_TITLE_ENV = 'ACME_IMPALA_NODE'
+
+
+def restart_count() -> int:
+  """How many times the supervisor has restarted this node process."""
+  return int(os.environ.get(RESTART_COUNT_ENV, '0') or 0)
 
 
 class InjectedFailure(RuntimeError):
@@ -152,3 +164,65 @@ def guarded_constructor(constructor: Callable[..., object], label: str,
   returns at once.
   """
   return functools.partial(_construct, constructor, label, status_dir)
+
+
+def wait_for_stop(timeout_s: float) -> bool:
+  """Sleeps up to `timeout_s`; True as soon as the program is stopping."""
+  deadline = time.time() + timeout_s
+  while not stop_requested():
+    remaining = deadline - time.time()
+    if remaining <= 0:
+      return False
+    time.sleep(min(remaining, 0.2))
+  return True
+
+
+class Retrying:
+  """A client of another node whose calls are retried while that node is
+  away (restarting after a crash), with exponential backoff, until they
+  succeed or the program stops (then the last error is raised).
+
+  E.g. `Retrying(counter_client, 'actor_0 -> counter').increment(steps=8)`.
+  The first failure of an outage and its end are logged, and every
+  `log_every_s` in between, so that an outage is never silent.
+  """
+
+  def __init__(self, client: Any, label: str, initial_backoff_s: float = 0.5,
+               max_backoff_s: float = 10., log_every_s: float = 30.):
+    self._client = client
+    self._label = label
+    self._initial = initial_backoff_s
+    self._max = max_backoff_s
+    self._log_every_s = log_every_s
+
+  def __getattr__(self, method: str):
+    if method.startswith('_'):
+      raise AttributeError(method)
+    return functools.partial(self._call, method)
+
+  def _call(self, method: str, *args, **kwargs):
+    backoff, since, logged, failures = self._initial, None, 0., 0
+    while True:
+      try:
+        result = getattr(self._client, method)(*args, **kwargs)
+      except Exception as error:  # pylint: disable=broad-except
+        if stop_requested():
+          raise
+        now = time.time()
+        failures += 1
+        if since is None:
+          since = now
+        if now - logged >= self._log_every_s:
+          logged = now
+          logging.warning('%s: %s failed for %.0f s (%d attempts, last: %s); '
+                          'retrying with backoff.', self._label, method,
+                          now - since, failures, error)
+        if wait_for_stop(backoff):
+          raise
+        backoff = min(2 * backoff, self._max)
+        continue
+      if since is not None:
+        logging.warning('%s: %s answered again after %.1f s (%d failed '
+                        'attempts).', self._label, method, time.time() - since,
+                        failures)
+      return result

@@ -44,8 +44,12 @@ def derive_seed(*parts: int) -> int:
 
 def node_seed(config, options, role: int, *index: int) -> int:
   """The seed of one role of one agent: agents of a sweep share
-  `config.seed` but never a seed stream (their index is folded in)."""
-  return derive_seed(config.seed, options.agent_index, role, *index)
+  `config.seed` but never a seed stream (their index is folded in), and a
+  node restarted by the supervisor does not replay its first life's
+  episodes (its restart count is folded in)."""
+  restart = lifecycle.restart_count()
+  return derive_seed(config.seed, options.agent_index, role, *index,
+                     *((restart,) if restart else ()))
 
 
 def _checkpointer(obj, key: str, options,
@@ -134,13 +138,21 @@ class ReplayNode(lp.ReverbNode):
 
 
 class CounterNode(counting.Counter):
-  """The agent's Acme Counter, checkpointed on a timer and at stop."""
+  """The agent's Acme Counter, checkpointed on a timer and at stop.
+
+  Its state is a few numbers, so it is saved every few seconds whatever the
+  config's period: a counter restarted after a crash loses at most those
+  seconds of counts (the budget then runs that much longer).
+  """
+
+  _PERIOD_MINUTES = 5 / 60
 
   def __init__(self, options, checkpoint_period_minutes: float):
     super().__init__()
     self._options = options
-    self._checkpointer = _checkpointer(self, 'counter', options,
-                                       checkpoint_period_minutes)
+    self._checkpointer = _checkpointer(
+        self, 'counter', options,
+        min(checkpoint_period_minutes, self._PERIOD_MINUTES))
 
   def run(self):
     def loop():
@@ -164,7 +176,8 @@ class LearnerNode:
         replay.server_address, should_stop=lifecycle.stop_requested)
     self._learner = builder.make_learner(
         network, iterator,
-        counter=counting.Counter(counter, 'learner'),
+        counter=counting.Counter(
+            lifecycle.Retrying(counter, 'learner -> counter'), 'learner'),
         logger=loggers_lib.make_logger(
             options.label('learner'), options.logdir,
             steps_key='learner_steps',
@@ -218,7 +231,9 @@ class ActorNode:
     self._actor = builder.make_actor(
         network, self._adder, variable_source,
         seed=node_seed(config, options, _ACTOR_POLICY, actor_id), num_envs=k)
-    self._counter = counting.Counter(counter, 'actor', time_delta=1.0)
+    self._counter = counting.Counter(
+        lifecycle.Retrying(counter, f'{self._label} -> counter'), 'actor',
+        time_delta=1.0)
     self._logger = loggers_lib.make_logger(
         self._label, options.logdir, steps_key='actor_steps',
         terminal_time_delta=10.0, csv_time_delta=0.0,
@@ -269,7 +284,8 @@ class EvaluatorNode:
     self._actor = builder.make_actor(
         builder.make_network(), None, variable_source,
         seed=node_seed(config, options, _EVAL_POLICY))
-    self._counter = counter
+    self._counter = lifecycle.Retrying(
+        counter, f'{options.label("evaluator")} -> counter')
     self._logger = loggers_lib.make_logger(
         options.label('evaluator'), options.logdir, steps_key='actor_steps',
         terminal_time_delta=0.0)

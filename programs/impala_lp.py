@@ -72,7 +72,10 @@ def main(argv, overrides):
         f' max_actor_steps={FLAGS.max_actor_steps} '
         f'lr_anneal_steps={config.lr_anneal_steps}', flush=True)
   return launch.launch_and_wait(program_lib.build_program(run), logdir,
-                                launch_type=FLAGS.lp_launch_type)
+                                launch_type=FLAGS.lp_launch_type,
+                                restarts=FLAGS.restarts,
+                                termination_notice_s=(
+                                    FLAGS.lp_termination_notice_secs))
 
 
 if __name__ == '__main__':

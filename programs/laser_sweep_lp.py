@@ -70,7 +70,10 @@ def main(argv, overrides):
   print(f'laser_sweep_lp: logdir={logdir} share_replay={FLAGS.share_replay}',
         flush=True)
   return launch.launch_and_wait(program_lib.build_program(run), logdir,
-                                launch_type=FLAGS.lp_launch_type)
+                                launch_type=FLAGS.lp_launch_type,
+                                restarts=FLAGS.restarts,
+                                termination_notice_s=(
+                                    FLAGS.lp_termination_notice_secs))
 
 
 if __name__ == '__main__':

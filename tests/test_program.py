@@ -97,7 +97,7 @@ def test_local_mp_run_exits_0_writes_csv_and_leaves_no_process(first_run):
   logdir, rc, out, pid = first_run
   assert rc == 0, out[-5000:]
   # The launcher speaks with the program's own name.
-  assert 'impala: all nodes stopped; exiting with status 0.' in out
+  assert 'impala: all nodes stopped; restarts: none; exiting with status 0.' in out
   for label in ('learner', 'actor_0', 'actor_1', 'evaluator'):
     path = os.path.join(logdir, 'logs', label, 'logs.csv')
     assert os.path.exists(path), label

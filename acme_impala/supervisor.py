@@ -1,0 +1,347 @@
+"""A local_mp launcher that notices dead node processes and restarts them.
+
+Launchpad 0.5.2's local_mp launcher runs every node behind an output proxy
+whose exit status is lost: a node process killed with SIGKILL (out of memory,
+preemption) goes unnoticed, the rest runs on without it or blocks. This
+launcher prepares the program exactly as `lp.launch(..., 'local_mp')` does,
+with Launchpad's own pieces (each node's launch context and program stopper,
+its input handles, the addresses it binds, and the `process_entry.py`
+command of each node), and then runs those commands itself, one child
+process per node, so that it can:
+
+  - notice within a second any node process that exits without a program
+    stop, and log which node, how (exit status or signal) and when;
+  - restart it with the same command (same pickled node, same bound
+    addresses) under a per-group `RestartPolicy`: at most `max_restarts`
+    within `window_s` seconds. The restarted process sees its restart count
+    in $ACME_IMPALA_RESTART_COUNT (nodes fold it into their seeds); learner
+    and counter come back from their latest checkpoints and the replay from
+    its Reverb checkpoint, because their constructors load what is in the
+    run's checkpoint directory;
+  - stop the whole program, naming the node, when a group's limit is
+    exceeded;
+  - stop every child on the program's stop (`lp.stop()` from a node sends
+    this process SIGTERM, as Launchpad's stopper does), on SIGTERM and on
+    Ctrl-C, even during a restart, and leave no process behind (children
+    that outlive the termination notice are killed; each child gets SIGTERM
+    when this process dies, however it dies, through util-linux `setpriv
+    --pdeathsig`).
+
+A node that raises is not restarted: `lifecycle.run_guarded` records it and
+stops the program (a Python exception is a bug or a bad setting, which a
+restart would repeat). Restarts are for processes that disappear.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Mapping, Optional
+
+from absl import logging
+import launchpad as lp
+import psutil
+from launchpad import context as lp_context
+from launchpad.program_stopper import program_stopper
+
+from acme_impala import lifecycle
+
+# Node roles (group names without a sweep's `agent_<i>_` prefix).
+ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')
+NODES_FILE = 'nodes.json'
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartPolicy:
+  """At most `max_restarts` restarts of one node within `window_s` seconds;
+  one more death stops the program. 0 never restarts."""
+  max_restarts: int = 3
+  window_s: float = 600.
+
+  def __str__(self):
+    return f'{self.max_restarts}/{self.window_s:g}s'
+
+
+DEFAULT_POLICIES: Mapping[str, RestartPolicy] = {
+    role: RestartPolicy() for role in ROLES}
+
+
+def parse_restart_policies(text: str) -> Dict[str, RestartPolicy]:
+  """`role=N[/SECONDS],...` over the defaults, e.g. 'actor=5/600,learner=0'.
+
+  Raises ValueError naming the bad entry before anything is launched.
+  """
+  policies = dict(DEFAULT_POLICIES)
+  for entry in filter(None, (e.strip() for e in (text or '').split(','))):
+    match = re.fullmatch(r'(\w+)=(\d+)(?:/(\d+(?:\.\d*)?))?', entry)
+    if not match:
+      raise ValueError(f'restarts entry {entry!r} is invalid: expected '
+                       'ROLE=N or ROLE=N/SECONDS, e.g. actor=3/600.')
+    role, count, window = match.groups()
+    if role not in ROLES:
+      raise ValueError(f'restarts entry {entry!r} names role {role!r}: '
+                       f'expected one of {list(ROLES)}.')
+    window_s = float(window) if window else DEFAULT_POLICIES[role].window_s
+    if window_s <= 0:
+      raise ValueError(f'restarts entry {entry!r}: the window must be > 0 s.')
+    policies[role] = RestartPolicy(int(count), window_s)
+  return policies
+
+
+def role_of(group: str) -> str:
+  """'agent_1_actor' -> 'actor' (a sweep prefixes its agents' groups)."""
+  return re.sub(r'^agent_\d+_', '', group)
+
+
+def describe_exit(returncode: int) -> str:
+  if returncode < 0:
+    try:
+      return f'killed by {signal.Signals(-returncode).name}'
+    except ValueError:
+      return f'killed by signal {-returncode}'
+  return f'exited with status {returncode}'
+
+
+def _kill_tree(pid: int) -> None:
+  try:
+    parent = psutil.Process(pid)
+    processes = parent.children(recursive=True) + [parent]
+  except psutil.NoSuchProcess:
+    return
+  for process in processes:
+    try:
+      process.kill()
+    except psutil.NoSuchProcess:
+      pass
+
+
+class _Child:
+  """One node: its Launchpad command, its current process, its restarts."""
+
+  def __init__(self, group: str, index: int, command, policy: RestartPolicy,
+               notice_s: float):
+    self.group = group
+    self.index = index
+    self.title = f'{group}/{index}'
+    # A crash must end the process with its status, not in a debugger; and
+    # the node's own worker manager gives it the same notice as we do.
+    self.command = [a for a in command.command_as_list
+                    if a != '--pdb_post_mortem'] + [
+                        f'--lp_termination_notice_secs={int(notice_s)}']
+    setpriv = shutil.which('setpriv')
+    if setpriv:
+      # setpriv execs the node in place (same pid): SIGTERM when we die.
+      self.command = [setpriv, '--pdeathsig', 'TERM', '--'] + self.command
+    self.env = dict(command.env_overrides)
+    self.policy = policy
+    self.process: Optional[subprocess.Popen] = None
+    self.restarts: List[float] = []  # Times of restarts.
+    self.deaths: List[str] = []  # How each death happened.
+    self.finished = False  # Exited 0 on its own (its work is done).
+
+  def recent_restarts(self, now: float) -> int:
+    return sum(1 for t in self.restarts if now - t <= self.policy.window_s)
+
+
+class Supervisor:
+  """Runs a Launchpad program's nodes as supervised child processes."""
+
+  def __init__(self, program: lp.Program, status_dir: str,
+               policies: Optional[Mapping[str, RestartPolicy]] = None,
+               termination_notice_s: float = 30.,
+               output=None):
+    self._name = program.name
+    self._status_dir = status_dir
+    self._policies = dict(DEFAULT_POLICIES, **(policies or {}))
+    self._notice_s = termination_notice_s
+    self._output = output or sys.stdout
+    self._output_lock = threading.Lock()
+    self._stop_reason: Optional[str] = None
+    self._stop_requested = threading.Event()
+    self._limit_failure: Optional[str] = None
+    self._children = self._prepare(program)
+
+  def _prepare(self, program: lp.Program) -> List[_Child]:
+    """What `lp.launch(program, 'local_mp')` does before starting processes:
+    launch contexts whose stopper signals this process, connected input
+    handles, bound addresses, one process_entry command per node."""
+    launch_type = lp_context.LaunchType.LOCAL_MULTI_PROCESSING
+    stopper = program_stopper.make_program_stopper(launch_type)
+    for nodes in program.groups.values():
+      for node in nodes:
+        node.launch_context.initialize(launch_type, launch_config=None,
+                                       program_stopper=stopper)
+    for label, nodes in program.groups.items():
+      for node in nodes:
+        for handle in node.input_handles:
+          handle.connect(node, label)
+    for node in program.get_all_nodes():
+      node.bind_addresses()
+    children = []
+    for group, nodes in program.groups.items():
+      commands = nodes[0].to_executables(nodes, group,
+                                         nodes[0].launch_context)
+      policy = self._policies.get(role_of(group), RestartPolicy())
+      for index, command in enumerate(commands):
+        children.append(_Child(group, index, command, policy,
+                                     self._notice_s))
+    return children
+
+  # --- output and bookkeeping -------------------------------------------
+
+  def say(self, message: str) -> None:
+    with self._output_lock:
+      self._output.write(f'{self._name}: {message}\n')
+      self._output.flush()
+
+  def _forward(self, child: _Child, stream) -> None:
+    prefix = f'[{child.title}] '
+    for line in iter(stream.readline, ''):
+      with self._output_lock:
+        self._output.write(prefix + line)
+        self._output.flush()
+    stream.close()
+
+  def _write_nodes_file(self) -> None:
+    """`<status_dir>/nodes.json`: each node's current pid and restarts."""
+    nodes = {c.title: {'pid': c.process.pid if c.process else None,
+                       'restarts': len(c.restarts)}
+             for c in self._children}
+    os.makedirs(self._status_dir, exist_ok=True)
+    tmp = os.path.join(self._status_dir, NODES_FILE + '.tmp')
+    with open(tmp, 'w') as f:
+      json.dump(nodes, f, indent=1, sort_keys=True)
+    os.replace(tmp, os.path.join(self._status_dir, NODES_FILE))
+
+  def _start(self, child: _Child) -> None:
+    env = dict(os.environ)
+    env.update(child.env)
+    env[lifecycle.RESTART_COUNT_ENV] = str(len(child.restarts))
+    env[lifecycle.NODE_TITLE_ENV] = child.title
+    child.process = subprocess.Popen(
+        child.command, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        errors='replace')
+    threading.Thread(target=self._forward, args=(child, child.process.stdout),
+                     daemon=True, name=f'output-{child.title}').start()
+
+  # --- stopping ------------------------------------------------------------
+
+  def request_stop(self, reason: str) -> None:
+    if not self._stop_requested.is_set():
+      self._stop_reason = reason
+      self._stop_requested.set()
+
+  def _on_signal(self, signum, frame):
+    del frame
+    if signum == signal.SIGINT:
+      self.request_stop('stopped by the user (Ctrl-C)')
+    else:
+      # lp.stop() from a node (budget reached, or a node failed) or an
+      # outside SIGTERM.
+      self.request_stop('program stop requested (SIGTERM)')
+
+  def _stop_children(self) -> None:
+    """SIGTERM to every live node; SIGKILL what outlives the notice."""
+    live = [c for c in self._children
+            if c.process and c.process.poll() is None]
+    for child in live:
+      try:
+        child.process.send_signal(signal.SIGTERM)
+      except ProcessLookupError:
+        pass
+    deadline = time.time() + self._notice_s + 5
+    while time.time() < deadline and any(
+        c.process.poll() is None for c in live):
+      time.sleep(0.2)
+    for child in live:
+      if child.process.poll() is None:
+        self.say(f'node {child.title} did not stop within '
+                 f'{self._notice_s:.0f} s; killing it.')
+        _kill_tree(child.process.pid)
+        child.process.wait()
+
+  # --- the watch loop ------------------------------------------------------
+
+  def _handle_death(self, child: _Child, now: float) -> None:
+    how = describe_exit(child.process.returncode)
+    when = time.strftime('%H:%M:%S', time.localtime(now))
+    if child.process.returncode == 0:
+      # Its work is done (e.g. a node whose construction failed returns at
+      # once after stopping the program): nothing to restart.
+      child.finished = True
+      logging.info('%s: node %s finished (exit status 0).', self._name,
+                   child.title)
+      return
+    child.deaths.append(how)
+    recent = child.recent_restarts(now)
+    if recent >= child.policy.max_restarts:
+      message = (f"node {child.title!r} {how} at {when}; its restart limit "
+                 f"({child.policy} for group {child.group!r}) is exceeded "
+                 f"after {recent} restart(s): stopping the program.")
+      self.say(message)
+      self._limit_failure = message
+      lifecycle.report_failure(
+          self._status_dir, child.title,
+          RuntimeError(f'{how}; restart limit {child.policy} exceeded'))
+      self.request_stop(f'node {child.title} exceeded its restart limit')
+      return
+    child.restarts.append(now)
+    self.say(f'node {child.title} {how} at {when}; restarting it '
+             f'(restart {len(child.restarts)}, {recent + 1} of '
+             f'{child.policy} for group {child.group!r}).')
+    self._start(child)
+    self._write_nodes_file()
+
+  def run(self) -> int:
+    """Starts every node, supervises until the program stops; exit status."""
+    previous = {sig: signal.signal(sig, self._on_signal)
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+      for child in self._children:
+        if not self._stop_requested.is_set():
+          self._start(child)
+      self._write_nodes_file()
+      while not self._stop_requested.wait(0.5):
+        now = time.time()
+        for child in self._children:
+          if (self._stop_requested.is_set() or child.finished or
+              child.process.poll() is None):
+            continue
+          self._handle_death(child, now)
+        if all(c.finished for c in self._children):
+          self.request_stop('every node finished')
+      self.say(f'stopping: {self._stop_reason}.')
+      self._stop_children()
+    finally:
+      # A second Ctrl-C while stopping must not leave children behind.
+      for child in self._children:
+        if child.process and child.process.poll() is None:
+          _kill_tree(child.process.pid)
+          child.process.wait()
+      for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    return self._exit_status()
+
+  def restart_summary(self) -> str:
+    restarted = [f'{c.title} {len(c.restarts)} ({", ".join(c.deaths)})'
+                 for c in self._children if c.restarts or c.deaths]
+    return ('restarts: ' + '; '.join(restarted)) if restarted else (
+        'restarts: none')
+
+  def _exit_status(self) -> int:
+    failures = lifecycle.read_failures(self._status_dir)
+    status = 1 if failures or self._limit_failure else 0
+    for message in failures:
+      self.say(message)
+    if failures:
+      self.say(f'details in {self._status_dir}')
+    self.say(f'all nodes stopped; {self.restart_summary()}; exiting with '
+             f'status {status}.')
+    return status

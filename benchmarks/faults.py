@@ -1,0 +1,215 @@
+"""Fault benchmark: the default program under kill -9, beside an unfaulted run.
+
+One invocation, two runs of `programs/impala_lp.py` (local_mp, default
+`cartpole` config with its evaluator) with the same step budget, one after
+the other:
+  - `faulted`: an actor killed with SIGKILL every `--actor_kill_every_s`
+    (alternating actors), the learner killed once at `--learner_kill_at_s`
+    and the replay node once at `--replay_kill_at_s`;
+  - `unfaulted`: the same run, left alone.
+Every node's resident memory is sampled every `--sample_every_s` (through
+the supervisor's `<logdir>/status/nodes.json`). Prints the git commit, the
+settings and Markdown tables: per run, wall time, exit status, restarts,
+environment steps, trajectories produced and not learned from, learner-step
+continuity at the learner's restart, final evaluator return; per node, its
+resident memory at the start and end of its last life and the growth in
+MB/min after a warm-up.
+
+  python benchmarks/faults.py [--max_actor_steps=2400000] [--seed=0]
+"""
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import numpy as np
+import psutil
+
+flags.DEFINE_integer('max_actor_steps', 2_400_000,
+                     'Budget of each run (about 20 min on 2 cores).')
+flags.DEFINE_integer('seed', 0, 'Seed of both runs.')
+flags.DEFINE_float('actor_kill_every_s', 60., 'Seconds between actor kills.')
+flags.DEFINE_float('learner_kill_at_s', 300., 'When the learner is killed.')
+flags.DEFINE_float('replay_kill_at_s', 600., 'When the replay is killed.')
+flags.DEFINE_float('sample_every_s', 30., 'Memory sampling period.')
+flags.DEFINE_float('warmup_s', 120., 'Memory growth is measured after this.')
+flags.DEFINE_list('program_flags', ['--config.checkpoint_period_minutes=1'],
+                  'Extra flags for both runs.')
+FLAGS = flags.FLAGS
+
+
+def _rows(logdir, label):
+  path = os.path.join(logdir, 'logs', label, 'logs.csv')
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def _nodes(logdir):
+  try:
+    with open(os.path.join(logdir, 'status', 'nodes.json')) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
+
+
+def _rss_mb(pid):
+  try:
+    return psutil.Process(pid).memory_info().rss / 2**20
+  except (psutil.Error, TypeError):
+    return None
+
+
+def run(name, faulted):
+  logdir = tempfile.mkdtemp(prefix=f'impala_faults_{name}_')
+  cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
+         f'--seed={FLAGS.seed}', f'--logdir={logdir}',
+         f'--max_actor_steps={FLAGS.max_actor_steps}'] + list(
+             FLAGS.program_flags)
+  if faulted:
+    # Two actors killed in turn every minute: more than the default 3 per
+    # 10 minutes each.
+    cmd.append('--restarts=actor=20/600')
+  out_path = os.path.join(logdir, 'program.log')
+  memory = {}  # title -> [(t, pid, MB)]
+  kills = []  # (t, title, learner step at the kill)
+  start = time.time()
+  next_sample = 0.
+  next_actor_kill = FLAGS.actor_kill_every_s
+  pending = {'learner/0': FLAGS.learner_kill_at_s,
+             'replay/0': FLAGS.replay_kill_at_s} if faulted else {}
+  actor_turn = 0
+  with open(out_path, 'w') as out:
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    while proc.poll() is None:
+      t = time.time() - start
+      nodes = _nodes(logdir)
+      if t >= next_sample:
+        next_sample += FLAGS.sample_every_s
+        for title, node in nodes.items():
+          mb = _rss_mb(node.get('pid'))
+          if mb is not None:
+            memory.setdefault(title, []).append((t, node['pid'], mb))
+      victims = []
+      if faulted and t >= next_actor_kill:
+        next_actor_kill += FLAGS.actor_kill_every_s
+        victims.append(f'actor/{actor_turn % 2}')
+        actor_turn += 1
+      for title, at in list(pending.items()):
+        if t >= at:
+          victims.append(title)
+          del pending[title]
+      for title in victims:
+        if title in nodes:
+          learner = _rows(logdir, 'learner')
+          step = float(learner[-1]['learner_steps']) if learner else 0.
+          try:
+            os.kill(nodes[title]['pid'], signal.SIGKILL)
+            kills.append((t, title, step))
+          except ProcessLookupError:
+            pass
+      time.sleep(1.)
+  wall = time.time() - start
+  with open(out_path, errors='replace') as f:
+    output = f.read()
+  return dict(name=name, logdir=logdir, rc=proc.returncode, wall=wall,
+              output=output, memory=memory, kills=kills)
+
+
+def summarize(result):
+  logdir, output = result['logdir'], result['output']
+  learner = _rows(logdir, 'learner')
+  evaluator = _rows(logdir, 'evaluator')
+  last = learner[-1] if learner else {}
+  env_steps = max([float(r['actor_steps']) for r in learner + evaluator
+                   if r.get('actor_steps')] or [0.])
+  # The counter's learner steps (not rolled back by a learner restart) are
+  # in the actors' rows; every learner step takes batch_size online rows at
+  # f = 0 (the default program's config).
+  counted = [float(r['learner_steps']) for label in ('actor_0', 'actor_1')
+             for r in _rows(logdir, label) if r.get('learner_steps')]
+  from acme_impala import configs  # pylint: disable=g-import-not-at-top
+  config = configs.get_config('cartpole')
+  produced = env_steps / config.unroll_length
+  learned = (max(counted) if counted else 0.) * config.num_online
+  summary = re.findall(r'^impala: all nodes stopped; (restarts: [^\n]*?); '
+                       r'exiting', output, re.M)
+  starts = [int(s) for s in re.findall(
+      r'learner: starting at learner step (\d+)', output)]
+  learner_kills = [k for k in result['kills'] if k[1] == 'learner/0']
+  continuity = '-'
+  if learner_kills and len(starts) > 1:
+    continuity = (f'{learner_kills[0][2]:.0f} at the kill -> restarted at '
+                  f'{starts[1]}')
+  returns = [float(r['episode_return']) for r in evaluator]
+  final = (f'{np.mean(returns[-10:]):.1f}' if returns else '-')
+  return dict(
+      wall=f'{result["wall"] / 60:.1f} min', rc=result['rc'],
+      kills=len(result['kills']),
+      restarts=summary[-1] if summary else 'no summary line',
+      env_steps=f'{env_steps:,.0f}',
+      unlearned=f'{max(produced - learned, 0):,.0f} of {produced:,.0f}',
+      continuity=continuity, final=final,
+      learner_steps=last.get('learner_steps', '-'))
+
+
+def memory_rows(result):
+  rows = []
+  for title, samples in sorted(result['memory'].items()):
+    last_pid = samples[-1][1]
+    life = [(t, mb) for t, pid, mb in samples if pid == last_pid]
+    warm = [(t, mb) for t, mb in life if t >= life[0][0] + FLAGS.warmup_s]
+    slope = '-'
+    if len(warm) >= 3:
+      ts, mbs = np.array(warm).T
+      slope = f'{np.polyfit(ts / 60., mbs, 1)[0]:+.2f}'
+    rows.append((result['name'], title, len(set(p for _, p, _ in samples)),
+                 f'{life[0][1]:.0f}', f'{life[-1][1]:.0f}',
+                 f'{(life[-1][0] - life[0][0]) / 60:.1f}', slope))
+  return rows
+
+
+def main(argv):
+  del argv
+  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  print(f'faults.py at commit {commit}: max_actor_steps='
+        f'{FLAGS.max_actor_steps} seed={FLAGS.seed} actor kill every '
+        f'{FLAGS.actor_kill_every_s:.0f} s, learner kill at '
+        f'{FLAGS.learner_kill_at_s:.0f} s, replay kill at '
+        f'{FLAGS.replay_kill_at_s:.0f} s, program flags '
+        f'{" ".join(FLAGS.program_flags)}', flush=True)
+  results = [run('faulted', True), run('unfaulted', False)]
+  print('\n| run | wall time | exit | kills | restarts (launcher summary) | '
+        'env steps | trajectories not learned from | learner step at its '
+        'restart | final learner step | final evaluator return (last 10) |')
+  print('|---|---|---:|---:|---|---:|---:|---|---:|---:|')
+  for result in results:
+    s = summarize(result)
+    print(f'| {result["name"]} | {s["wall"]} | {s["rc"]} | {s["kills"]} | '
+          f'{s["restarts"]} | {s["env_steps"]} | {s["unlearned"]} | '
+          f'{s["continuity"]} | {s["learner_steps"]} | {s["final"]} |')
+  print('\n| run | node | processes | RSS start of last life (MB) | RSS end '
+        '(MB) | last life (min) | growth after warm-up (MB/min) |')
+  print('|---|---|---:|---:|---:|---:|---:|')
+  for result in results:
+    for row in memory_rows(result):
+      print('| ' + ' | '.join(str(x) for x in row) + ' |')
+  for result in results:
+    print(f'\n{result["name"]}: logs in {result["logdir"]}')
+  return 0 if all(r['rc'] == 0 for r in results) else 1
+
+
+if __name__ == '__main__':
+  app.run(main)

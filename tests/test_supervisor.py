@@ -1,0 +1,279 @@
+"""The supervising local_mp launcher: real programs, real kill -9.
+
+Each run is `programs/impala_lp.py` in its own session, with its output in a
+file the test follows; node processes are found through the supervisor's
+`<logdir>/status/nodes.json`. Every run must end with no process left in the
+launcher's session.
+"""
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from acme_impala import supervisor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ['--config.batch_size=8', '--config.unroll_length=10',
+         '--config.lstm_size=16', '--config.envs_per_actor=2',
+         '--config.max_queue_size=64', '--noevaluator']
+# LASER replay, checkpoints every 3 s: a restarted learner or replay node
+# finds a recent checkpoint.
+LASER = ['--config.replay_fraction=0.5', '--config.min_replay_size=8',
+         '--config.replay_capacity=5000',
+         '--config.checkpoint_period_minutes=0.05']
+
+
+# --- policies (no process) ---------------------------------------------------
+
+def test_restart_policies_parse_over_the_defaults():
+  policies = supervisor.parse_restart_policies('actor=5/60, learner=0')
+  assert policies['actor'] == supervisor.RestartPolicy(5, 60.)
+  assert policies['learner'] == supervisor.RestartPolicy(0, 600.)
+  assert policies['replay'] == supervisor.DEFAULT_POLICIES['replay']
+  assert set(policies) == set(supervisor.ROLES)
+
+
+@pytest.mark.parametrize('text, named', [
+    ('actors=3', "'actors'"), ('actor=three', "'actor=three'"),
+    ('actor=3/0', "'actor=3/0'"), ('actor', "'actor'")])
+def test_bad_restart_policy_names_the_entry(text, named):
+  with pytest.raises(ValueError, match=re.escape(named)):
+    supervisor.parse_restart_policies(text)
+
+
+def test_roles_and_exit_descriptions():
+  assert supervisor.role_of('agent_12_actor') == 'actor'
+  assert supervisor.role_of('learner') == 'learner'
+  assert supervisor.describe_exit(-9) == 'killed by SIGKILL'
+  assert supervisor.describe_exit(3) == 'exited with status 3'
+
+
+def test_bad_restart_flag_fails_before_any_process(tmp_path):
+  logdir = str(tmp_path / 'bad')
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'programs', 'impala_lp.py'),
+       f'--logdir={logdir}', '--restarts=actor=x'], cwd=ROOT,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      timeout=120)
+  assert proc.returncode == 2
+  assert "'actor=x'" in proc.stdout
+  assert not os.path.exists(logdir)
+
+
+# --- real runs ----------------------------------------------------------------
+
+class Run:
+  """A running program whose output goes to a file the test can follow."""
+
+  def __init__(self, tmp_path, args):
+    self.logdir = str(tmp_path / 'run')
+    self.out_path = str(tmp_path / 'out.txt')
+    self._out = open(self.out_path, 'w')
+    self.proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, 'programs', 'impala_lp.py'),
+         f'--logdir={self.logdir}'] + SMALL + args,
+        stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT,
+        start_new_session=True)
+
+  def output(self) -> str:
+    with open(self.out_path, errors='replace') as f:
+      return f.read()
+
+  def nodes(self):
+    try:
+      with open(os.path.join(self.logdir, 'status', supervisor.NODES_FILE)) as f:
+        return json.load(f)
+    except (OSError, ValueError):
+      return {}
+
+  def rows(self, label):
+    try:
+      with open(os.path.join(self.logdir, 'logs', label, 'logs.csv')) as f:
+        return list(csv.DictReader(f))
+    except OSError:
+      return []
+
+  def learner_step(self) -> float:
+    rows = self.rows('learner')
+    return float(rows[-1]['learner_steps']) if rows else 0.
+
+  def wait(self, condition, what, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+      if self.proc.poll() is not None:
+        pytest.fail(f'program ended (status {self.proc.returncode}) while '
+                    f'waiting for {what}:\n{self.output()[-5000:]}')
+      value = condition()
+      if value:
+        return value
+      time.sleep(0.5)
+    pytest.fail(f'timed out waiting for {what}:\n{self.output()[-5000:]}')
+
+  def kill(self, title):
+    pid = self.nodes()[title]['pid']
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+  def restarted(self, title, pid):
+    node = self.nodes().get(title, {})
+    return node.get('pid') not in (None, pid) and node['pid']
+
+  def finish(self, timeout=120):
+    try:
+      self.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      os.killpg(self.proc.pid, signal.SIGKILL)
+      self.proc.wait()
+      pytest.fail(f'program did not end:\n{self.output()[-5000:]}')
+    finally:
+      self._out.close()
+    return self.proc.returncode
+
+  def leftovers(self):
+    time.sleep(1)
+    left = []
+    for p in psutil.process_iter(['pid', 'cmdline']):
+      try:
+        if os.getsid(p.info['pid']) == self.proc.pid and (
+            p.status() != psutil.STATUS_ZOMBIE):
+          left.append(p.info)
+      except (ProcessLookupError, psutil.Error, PermissionError):
+        pass
+    return left
+
+
+@pytest.fixture(scope='module')
+def faulted(tmp_path_factory):
+  """One LASER run: kill -9 an actor, then the learner, then the replay,
+  each once the previous one is back; then Ctrl-C. Records what happened."""
+  run = Run(tmp_path_factory.mktemp('faults'),
+            LASER + ['--num_actors=2', '--max_actor_steps=10000000'])
+  seen = {}
+  try:
+    run.wait(lambda: run.learner_step() >= 20 and len(run.rows('actor_1')),
+             'the first learner steps')
+    # An actor.
+    actor_rows = len(run.rows('actor_1'))
+    pid = run.kill('actor/1')
+    seen['actor_pid'] = run.wait(lambda: run.restarted('actor/1', pid),
+                                 'actor/1 to restart', 60)
+    seen['actor_rows_after'] = run.wait(
+        lambda: len(run.rows('actor_1')) > actor_rows + 1 and len(
+            run.rows('actor_1')), 'actor_1 CSV to grow again')
+    seen['actor_rows_before'] = actor_rows
+    # The learner: back from its latest checkpoint (written every 3 s).
+    step_before = run.learner_step()
+    pid = run.kill('learner/0')
+    seen['learner_step_at_kill'] = step_before
+    run.wait(lambda: run.restarted('learner/0', pid), 'learner to restart')
+    start = run.wait(lambda: re.findall(
+        r'\[learner/0\][^\n]*learner: starting at learner step (\d+)',
+        run.output())[1:], 'the restarted learner to start')
+    seen['learner_restart_step'] = int(start[0])
+    seen['learner_step_after'] = run.wait(
+        lambda: run.learner_step() > seen['learner_restart_step'] + 20 and (
+            run.learner_step()), 'learner steps after its restart', 180)
+    # The replay: back with the contents of its latest checkpoint.
+    pid = run.kill('replay/0')
+    run.wait(lambda: run.restarted('replay/0', pid), 'replay to restart')
+    restored = run.wait(lambda: re.findall(
+        r"replay: restored tables from [^{]*\{[^}]*'replay': (\d+)",
+        run.output()), 'the replay to restore its tables', 60)
+    seen['replay_restored'] = int(restored[-1])
+    step = run.learner_step()
+    seen['learner_step_after_replay'] = run.wait(
+        lambda: run.learner_step() > step + 20 and run.learner_step(),
+        'learner steps after the replay restart', 120)
+    run.proc.send_signal(signal.SIGINT)
+    seen['rc'] = run.finish()
+    seen['out'] = run.output()
+    seen['leftovers'] = run.leftovers()
+  finally:
+    if run.proc.poll() is None:
+      os.killpg(run.proc.pid, signal.SIGKILL)
+      run.proc.wait()
+  return seen
+
+
+def test_killed_actor_is_restarted_and_writes_again(faulted):
+  assert faulted['actor_rows_after'] > faulted['actor_rows_before']
+  assert re.search(r'impala: node actor/1 killed by SIGKILL at \d\d:\d\d:\d\d; '
+                   r'restarting it', faulted['out'])
+
+
+def test_killed_learner_continues_from_its_checkpoint(faulted):
+  # The checkpoint is at most a few seconds old: the restarted learner
+  # starts at or below the step it had reached, well above 0, and goes on.
+  assert 1 <= faulted['learner_restart_step'] <= (
+      faulted['learner_step_at_kill'] + 50)
+  assert faulted['learner_restart_step'] >= 0.5 * faulted[
+      'learner_step_at_kill']
+  assert faulted['learner_step_after'] > faulted['learner_restart_step']
+
+
+def test_killed_replay_comes_back_with_its_contents(faulted):
+  assert faulted['replay_restored'] > 0
+  assert faulted['learner_step_after_replay'] > faulted['learner_step_after']
+
+
+def test_faulted_run_ends_cleanly_with_a_restart_summary(faulted):
+  assert faulted['rc'] == 0, faulted['out'][-5000:]
+  last = [l for l in faulted['out'].splitlines() if l.startswith('impala: ')]
+  assert last[-1].startswith('impala: all nodes stopped; restarts: ')
+  for node in ('actor/1 1 (killed by SIGKILL)', 'learner/0 1 (killed by '
+               'SIGKILL)', 'replay/0 1 (killed by SIGKILL)'):
+    assert node in last[-1]
+  assert last[-1].endswith('exiting with status 0.')
+  assert faulted['leftovers'] == []
+
+
+def test_node_killed_past_its_limit_stops_the_program(tmp_path):
+  run = Run(tmp_path, ['--num_actors=1', '--max_actor_steps=10000000',
+                       '--restarts=actor=1/600'])
+  try:
+    run.wait(lambda: run.rows('actor_0'), 'the actor to act')
+    pid = run.kill('actor/0')
+    pid = run.wait(lambda: run.restarted('actor/0', pid), 'a restart')
+    time.sleep(2)
+    run.kill('actor/0')
+    killed_at = time.time()
+    rc = run.finish(timeout=90)
+    took = time.time() - killed_at
+  finally:
+    if run.proc.poll() is None:
+      os.killpg(run.proc.pid, signal.SIGKILL)
+  out = run.output()
+  assert rc == 1, out[-5000:]
+  assert re.search(r"node 'actor/0' killed by SIGKILL at [\d:]+; its restart "
+                   r"limit \(1/600s for group 'actor'\) is exceeded", out)
+  assert out.rstrip().endswith('exiting with status 1.')
+  # Noticed within a second; the rest is the other nodes' orderly stop.
+  assert took < 60
+  assert run.leftovers() == []
+
+
+def test_ctrl_c_while_a_node_restarts_exits_0_with_nothing_left(tmp_path):
+  run = Run(tmp_path, ['--num_actors=1', '--max_actor_steps=10000000'])
+  try:
+    run.wait(lambda: run.rows('actor_0'), 'the actor to act')
+    pid = run.kill('actor/0')
+    run.wait(lambda: run.restarted('actor/0', pid), 'a restart')
+    # The new actor process is still importing TensorFlow.
+    run.proc.send_signal(signal.SIGINT)
+    rc = run.finish(timeout=90)
+  finally:
+    if run.proc.poll() is None:
+      os.killpg(run.proc.pid, signal.SIGKILL)
+  out = run.output()
+  assert rc == 0, out[-5000:]
+  assert 'stopping: stopped by the user (Ctrl-C)' in out
+  assert 'actor/0 1 (killed by SIGKILL)' in out
+  assert run.leftovers() == []
