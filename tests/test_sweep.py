@@ -103,4 +103,4 @@ def test_two_agents_share_one_replay_under_test_mt(tmp_path):
     assert os.path.exists(os.path.join(logdir, 'logs', f'agent_{i}',
                                        'evaluator', 'logs.csv'))
   assert 'share_replay=True' in out
-  assert 'laser_sweep: all nodes stopped; restarts: none; exiting with status 0.' in out
+  assert 'laser_sweep: all nodes stopped; exiting with status 0.' in out
