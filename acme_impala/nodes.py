@@ -161,6 +161,10 @@ class CounterNode(counting.Counter):
           self._checkpointer.save()
       finally:
         self._checkpointer.save(force=True)
+        # The run's totals, which no learner restart rolls back: what
+        # benchmarks/faults.py balances produced against learned with.
+        logging.info('%s: final counts %s.', self._options.label('counter'),
+                     {k: int(v) for k, v in sorted(self.get_counts().items())})
     lifecycle.run_guarded(self._options.label('counter'),
                           self._options.status_dir, loop)
 

@@ -10,7 +10,10 @@ the other:
 Every node's resident memory is sampled every `--sample_every_s` (through
 the supervisor's `<logdir>/status/nodes.json`). Prints the git commit, the
 settings and Markdown tables: per run, wall time, exit status, restarts,
-environment steps, trajectories produced and not learned from, learner-step
+environment steps, the trajectory balance from the counter's final totals
+(produced / learned from / left in the queue at the end / unaccounted =
+produced - learned - left: positive when trajectories were lost, negative when
+a replay restored from its checkpoint served some twice), learner-step
 continuity at the learner's restart, final evaluator return; per node, its
 resident memory at the start and end of its last life and the growth in
 MB/min after a warm-up.
@@ -18,6 +21,7 @@ MB/min after a warm-up.
   python benchmarks/faults.py [--max_actor_steps=2400000] [--seed=0]
 """
 
+import ast
 import csv
 import json
 import os
@@ -134,15 +138,18 @@ def summarize(result):
   last = learner[-1] if learner else {}
   env_steps = max([float(r['actor_steps']) for r in learner + evaluator
                    if r.get('actor_steps')] or [0.])
-  # The counter's learner steps (not rolled back by a learner restart) are
-  # in the actors' rows; every learner step takes batch_size online rows at
-  # f = 0 (the default program's config).
-  counted = [float(r['learner_steps']) for label in ('actor_0', 'actor_1')
-             for r in _rows(logdir, label) if r.get('learner_steps')]
+  # The counter's final totals are not rolled back by a learner restart;
+  # every learner step took num_online trajectories from the queue, and what
+  # the queue still held at the end was never going to be learned from.
   from acme_impala import configs  # pylint: disable=g-import-not-at-top
+  from acme_impala import types  # pylint: disable=g-import-not-at-top
   config = configs.get_config('cartpole')
-  produced = env_steps / config.unroll_length
-  learned = (max(counted) if counted else 0.) * config.num_online
+  totals = re.findall(r'counter: final counts (\{[^}]*\})', output)
+  counts = ast.literal_eval(totals[-1]) if totals else {}
+  ends = re.findall(r'sizes when it ended: (\{[^}]*\})', output)
+  left = ast.literal_eval(ends[-1]).get(types.QUEUE_TABLE, 0) if ends else 0
+  produced = counts.get('actor_steps', env_steps) / config.unroll_length
+  learned = counts.get('learner_steps', 0) * config.num_online
   summary = re.findall(r'^impala: all nodes stopped; (restarts: [^\n]*?); '
                        r'exiting', output, re.M)
   starts = [int(s) for s in re.findall(
@@ -159,7 +166,9 @@ def summarize(result):
       kills=len(result['kills']),
       restarts=summary[-1] if summary else 'no summary line',
       env_steps=f'{env_steps:,.0f}',
-      unlearned=f'{max(produced - learned, 0):,.0f} of {produced:,.0f}',
+      balance=(f'{produced:,.0f} / {learned:,.0f} / {left:,.0f} / '
+               f'{produced - learned - left:+,.0f}' if counts else
+               'no final counts logged'),
       continuity=continuity, final=final,
       learner_steps=last.get('learner_steps', '-'))
 
@@ -191,14 +200,19 @@ def main(argv):
         f'{FLAGS.replay_kill_at_s:.0f} s, program flags '
         f'{" ".join(FLAGS.program_flags)}', flush=True)
   results = [run('faulted', True), run('unfaulted', False)]
+  # Kept so that the tables can be printed again from the logdirs.
+  for result in results:
+    with open(os.path.join(result['logdir'], 'faults_result.json'), 'w') as f:
+      json.dump({k: v for k, v in result.items() if k != 'output'}, f)
   print('\n| run | wall time | exit | kills | restarts (launcher summary) | '
-        'env steps | trajectories not learned from | learner step at its '
+        'env steps | trajectories produced / learned / left / unaccounted | '
+        'learner step at its '
         'restart | final learner step | final evaluator return (last 10) |')
   print('|---|---|---:|---:|---|---:|---:|---|---:|---:|')
   for result in results:
     s = summarize(result)
     print(f'| {result["name"]} | {s["wall"]} | {s["rc"]} | {s["kills"]} | '
-          f'{s["restarts"]} | {s["env_steps"]} | {s["unlearned"]} | '
+          f'{s["restarts"]} | {s["env_steps"]} | {s["balance"]} | '
           f'{s["continuity"]} | {s["learner_steps"]} | {s["final"]} |')
   print('\n| run | node | processes | RSS start of last life (MB) | RSS end '
         '(MB) | last life (min) | growth after warm-up (MB/min) |')
