@@ -71,3 +71,20 @@ def parse_overrides(args: Sequence[str]) -> Dict[str, Any]:
                        f'fields: {sorted(known)}.')
     overrides[name] = _parse_value(name, text, hints[name])
   return overrides
+
+
+def _format_value(value: Any) -> str:
+  if value is None:
+    return 'none'
+  if isinstance(value, bool):
+    return 'true' if value else 'false'
+  if isinstance(value, tuple):
+    return ','.join(_format_value(v) for v in value)
+  return str(value)
+
+
+def format_overrides(overrides: Dict[str, Any]) -> List[str]:
+  """{'batch_size': 16, ...} -> ['--config.batch_size=16', ...], the inverse
+  of `parse_overrides` (what a launcher passes on to node processes)."""
+  return [f'{PREFIX}{name}={_format_value(value)}'
+          for name, value in sorted(overrides.items())]

@@ -97,13 +97,32 @@ def clear_failures(status_dir: str) -> None:
     os.remove(path)
 
 
+# Failures of nodes run in this process: a Kubernetes pod's exit status
+# says whether its own node failed (k8s/node.py).
+_FAILURES_HERE: List[str] = []
+
+
+def failure_here() -> Optional[str]:
+  """The message of the first node of this process that failed, if any."""
+  return _FAILURES_HERE[0] if _FAILURES_HERE else None
+
+
+def record_failure(status_dir: Optional[str], label: str,
+                   error: BaseException) -> str:
+  """`report_failure` (when there is a status dir), remembered as a failure
+  of this process; returns the one-line message."""
+  message = f'node {label!r} failed: {type(error).__name__}: {error}'
+  if status_dir:
+    message = report_failure(status_dir, label, error)
+  _FAILURES_HERE.append(message)
+  return message
+
+
 def _fail_program(label: str, status_dir: Optional[str], error: BaseException,
                   context: str) -> None:
   """Records `error` of node `label` (if there is a status dir), logs it and
   stops the whole program."""
-  message = f'node {label!r} failed: {type(error).__name__}: {error}'
-  if status_dir:
-    message = report_failure(status_dir, label, error)
+  message = record_failure(status_dir, label, error)
   logging.error('%s%s\n%s', message, context, traceback.format_exc())
   lp.stop()
 

@@ -97,8 +97,14 @@ def has_checkpoint(checkpoint_dir: str, agent: str = '') -> bool:
   return tf.train.latest_checkpoint(learner_dir) is not None
 
 
-def validate_run(config: config_lib.IMPALAConfig, options: RunOptions) -> None:
-  """Fails before any process starts, naming the bad value."""
+def validate_run(config: config_lib.IMPALAConfig, options: RunOptions,
+                 check_checkpoints: bool = True) -> None:
+  """Fails before any process starts, naming the bad value.
+
+  `check_checkpoints`: whether the logdir's checkpoints must agree with
+  `options.restore` (a launcher checks; a node process rebuilding the graph
+  of a running program must not, since the run has checkpoints by then).
+  """
   config.validate()
   environments.validate_environment_id(config.env_id)
   if options.num_actors < 1:
@@ -109,6 +115,8 @@ def validate_run(config: config_lib.IMPALAConfig, options: RunOptions) -> None:
                      'invalid: expected an integer >= 1.')
   if not options.logdir:
     raise ValueError('logdir must be a non-empty path.')
+  if not check_checkpoints:
+    return
   exists = has_checkpoint(options.checkpoint_dir, options.agent)
   if options.restore and not exists:
     raise ValueError(f'restore=True but there is no learner checkpoint under '
@@ -153,14 +161,19 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
                 evaluator: bool = True,
                 share_replay: bool = True,
                 name: Optional[str] = None,
-                environment_spec: Optional[specs.EnvironmentSpec] = None
-                ) -> PreparedRun:
+                environment_spec: Optional[specs.EnvironmentSpec] = None,
+                launcher: bool = True) -> PreparedRun:
   """Validates a run of one or several agents and makes its directory.
 
   One config is a single agent (node labels without prefix); several are a
   sweep, agent i labelled `agent_<i>`, all in one Reverb server, sharing one
   replay table when `share_replay`. Raises ValueError (ConfigError) naming
   the bad value before anything is created.
+
+  `launcher=False` is for a process that runs one node of a program its
+  launcher already prepared (a Kubernetes pod): the same validation of
+  values, but no check of the logdir's checkpoints against `restore`, no
+  directory made and no failure record cleared.
   """
   configs = list(configs)
   if not configs:
@@ -173,7 +186,7 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
         logdir=logdir, max_actor_steps=max_actor_steps,
         num_actors=num_actors, restore=restore, evaluator=evaluator,
         agent=f'agent_{i}' if sweep else '', agent_index=i)
-    validate_run(config, options)
+    validate_run(config, options, check_checkpoints=launcher)
     agents.append(AgentRun(
         prepare_config(config, max_actor_steps, options.agent), options))
   if sweep and share_replay:
@@ -185,8 +198,9 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
                        'the agents of one run share one environment.')
   if environment_spec is None:
     environment_spec = environments.environment_spec(configs[0].env_id)
-  os.makedirs(logdir, exist_ok=True)
-  lifecycle.clear_failures(agents[0].options.status_dir)
+  if launcher:
+    os.makedirs(logdir, exist_ok=True)
+    lifecycle.clear_failures(agents[0].options.status_dir)
   return PreparedRun(name=name or ('laser_sweep' if sweep else 'impala'),
                      agents=tuple(agents), environment_spec=environment_spec,
                      share_replay=share_replay)

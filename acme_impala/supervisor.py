@@ -51,6 +51,7 @@ from launchpad import context as lp_context
 from launchpad.program_stopper import program_stopper
 
 from acme_impala import lifecycle
+from acme_impala import running
 
 # Node roles (group names without a sweep's `agent_<i>_` prefix).
 ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')
@@ -172,15 +173,9 @@ class Supervisor:
     launch contexts whose stopper signals this process, connected input
     handles, bound addresses, one process_entry command per node."""
     launch_type = lp_context.LaunchType.LOCAL_MULTI_PROCESSING
-    stopper = program_stopper.make_program_stopper(launch_type)
-    for nodes in program.groups.values():
-      for node in nodes:
-        node.launch_context.initialize(launch_type, launch_config=None,
-                                       program_stopper=stopper)
-    for label, nodes in program.groups.items():
-      for node in nodes:
-        for handle in node.input_handles:
-          handle.connect(node, label)
+    running.initialize_program(
+        program, launch_type,
+        program_stopper.make_program_stopper(launch_type))
     for node in program.get_all_nodes():
       node.bind_addresses()
     children = []

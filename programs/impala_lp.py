@@ -10,35 +10,17 @@ runs a short CartPole training (a few minutes on 2 cores). Bad flags or
 config values fail here, before any process starts.
 """
 
-import os
 import sys
-import time
-
-# Default run directories live under the repository root.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app
 from absl import flags
 import launchpad as lp  # Defines --lp_launch_type and friends.
 
-from acme_impala import configs
 from acme_impala import launch
+from acme_impala import program_flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('config', 'cartpole',
-                    f'Named config, one of {list(configs.CONFIG_NAMES)}.')
-flags.DEFINE_integer('num_actors', 2, 'Actor processes.')
-# Enough for the default cartpole config to pass an evaluator average of 450:
-# the slowest run measured got there at 675k steps (README, learning
-# benchmark). About 5 minutes on 2 cores.
-flags.DEFINE_integer('max_actor_steps', 800_000,
-                     'Environment steps (summed over actors) to train for.')
-flags.DEFINE_string('logdir', None,
-                    'Logs and checkpoints; default runs/impala-<time>.')
-flags.DEFINE_integer('seed', None, 'Overrides config.seed.')
-flags.DEFINE_bool('restore', False,
-                  'Resume from the checkpoints in --logdir.')
-flags.DEFINE_bool('evaluator', True, 'Run an evaluator node.')
+program_flags.define()
 
 
 def main(argv, overrides):
@@ -48,20 +30,9 @@ def main(argv, overrides):
   # flag errors are instant.
   from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
 
+  logdir = FLAGS.logdir or program_flags.default_logdir()
   try:
-    config = configs.get_config(FLAGS.config)
-    if FLAGS.seed is not None:
-      overrides['seed'] = FLAGS.seed
-    config = config.replace(**overrides)
-  except (ValueError, TypeError) as error:
-    print(f'impala_lp: error: {error}', file=sys.stderr)
-    return 2
-  logdir = FLAGS.logdir or os.path.join(
-      _ROOT, 'runs', time.strftime('impala-%Y%m%d-%H%M%S'))
-  try:
-    run = program_lib.prepare_run(
-        [config], logdir, FLAGS.max_actor_steps, num_actors=FLAGS.num_actors,
-        restore=FLAGS.restore, evaluator=FLAGS.evaluator)
+    run = program_flags.prepare(overrides, logdir)
   except (ValueError, TypeError) as error:
     # Bad flags or config values: one clear line, no process started.
     print(f'impala_lp: error: {error}', file=sys.stderr)

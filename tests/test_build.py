@@ -35,6 +35,8 @@ def _module_target(path):
     return 'acme_impala'
   if path.startswith('acme_impala/configs/'):
     return 'configs'
+  if path.startswith('acme_impala/k8s/'):
+    return 'k8s'
   if path.startswith(('acme_impala/', 'tests/')):
     return os.path.basename(path)[:-3]
   return None
@@ -57,7 +59,7 @@ def _imported_targets(path):
     for name in names:
       parts = name.split('.')
       if parts[0] == 'acme_impala' and len(parts) > 1:
-        found.add('configs' if parts[1] == 'configs' else parts[1])
+        found.add(parts[1])  # A package (configs, k8s) is one target.
       elif len(parts) == 1 and os.path.exists(
           os.path.join(ROOT, 'tests', name + '.py')) and name != 'conftest':
         found.add(name)  # A test helper module beside the tests.
@@ -75,6 +77,7 @@ def test_every_file_has_a_target():
   listed = set(re.findall(r'"([\w/]+\.py)"', _text()))
   files = (glob.glob('acme_impala/*.py', root_dir=ROOT) +
            glob.glob('acme_impala/configs/*.py', root_dir=ROOT) +
+           glob.glob('acme_impala/k8s/*.py', root_dir=ROOT) +
            glob.glob('programs/*.py', root_dir=ROOT) +
            glob.glob('benchmarks/*.py', root_dir=ROOT) +
            glob.glob('tests/*.py', root_dir=ROOT))
@@ -94,7 +97,7 @@ def test_deps_are_the_imports():
     imported = set()
     for src in srcs:
       imported |= _imported_targets(src)
-    # A package's own modules (configs/*) import each other freely.
+    # A package's own modules (configs/*, k8s/*) import each other freely.
     imported.discard(name)
     expected = sorted(f':{t}' for t in imported)
     if sorted(deps) != expected:
@@ -114,7 +117,8 @@ def test_module_targets_are_named_after_their_module():
 
 def _package_sources():
   return sorted(glob.glob('acme_impala/*.py', root_dir=ROOT) +
-                glob.glob('acme_impala/configs/*.py', root_dir=ROOT))
+                glob.glob('acme_impala/configs/*.py', root_dir=ROOT) +
+                glob.glob('acme_impala/k8s/*.py', root_dir=ROOT))
 
 
 def _parse(path):

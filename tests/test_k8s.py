@@ -1,0 +1,407 @@
+"""Kubernetes: names, addresses, manifests, and the pod entry on real "hosts".
+
+The multi-host tests run the real program, each node started by the real
+pod entry with the command and environment of the rendered manifests, each
+in its own network namespace with its own address in 198.18.0.0/24, names
+resolved by DNS with Kubernetes' search path (tests/netns_cluster.py), the
+logdir shared as the run's volume would be.
+"""
+
+import copy
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from acme_impala import config_flags
+from acme_impala.k8s import manifests
+from acme_impala.k8s import naming
+import netns_cluster
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+K8S = os.path.join(ROOT, 'programs', 'impala_k8s.py')
+FAILED_EXIT = manifests.NODE_FAILED_EXIT
+
+
+# --- names and addresses ----------------------------------------------------
+
+def test_dns_labels():
+  assert naming.dns_label('agent_0/learner') == 'agent-0-learner'
+  assert naming.dns_label('Replay') == 'replay'
+  assert naming.is_dns_label('a-1') and not naming.is_dns_label('-a')
+  assert not naming.is_dns_label('a_b') and not naming.is_dns_label('a' * 64)
+  long_a = naming.dns_label('x' * 80 + 'a')
+  long_b = naming.dns_label('x' * 80 + 'b')
+  assert len(long_a) == 63 and naming.is_dns_label(long_a)
+  assert long_a != long_b  # The hash suffix keeps long names apart.
+  with pytest.raises(ValueError, match='no letter or digit'):
+    naming.dns_label('__/')
+
+
+@pytest.mark.parametrize('bad', ['', 'Cap', 'a_b', 'x' * 31, '-a', 'a-'])
+def test_bad_run_names_are_refused(bad):
+  with pytest.raises(ValueError, match='run_name'):
+    naming.validate_run_name(bad)
+
+
+def test_job_names_leave_room_for_the_pod_index():
+  run = 'r' * 30
+  sizes = {'agent_0_actor': 256, 'agent_0_learner': 1,
+           'agent_12_evaluator': 1}
+  addresses = naming.address_map(run, sizes)
+  for group, size in sizes.items():
+    job = naming.job_name(run, group, size)
+    assert naming.is_dns_label(job)
+    # The pod hostname <job>-<index> is a label too.
+    assert naming.is_dns_label(f'{job}-{size - 1}')
+    assert addresses[group][-1] == (
+        f'{job}-{size - 1}.{job}:{naming.PORT}')
+  assert len(addresses['agent_0_actor']) == 256
+
+
+def test_groups_that_collide_on_one_name_are_refused():
+  with pytest.raises(ValueError, match='both map to'):
+    naming.address_map('run', {'a_b': 1, 'a/b': 1})
+
+
+def test_config_overrides_round_trip():
+  args = ['--config.batch_size=16', '--config.mlp_hidden_sizes=64,32',
+          '--config.entropy_on_online_only=true', '--config.kl_threshold=none',
+          '--config.learning_rate=0.0003']
+  parsed = config_flags.parse_overrides(args)
+  assert config_flags.parse_overrides(
+      config_flags.format_overrides(parsed)) == parsed
+
+
+_PROGRAM_SHAPE = r'''
+import json, sys
+sys.argv = ['x', '--num_actors=3']
+from absl import flags
+from acme_impala import program_flags, program, running
+from acme_impala.k8s import naming
+program_flags.define()
+flags.FLAGS(sys.argv)
+run = program_flags.prepare({'batch_size': 16}, '/data/shape', launcher=False)
+prog = program.build_program(run)
+print(json.dumps({
+    'groups': {g: [type(n).__name__ for n in nodes]
+               for g, nodes in prog.groups.items()},
+    'addresses': naming.address_map('shape', running.group_sizes(prog))}))
+'''
+
+
+def test_program_built_twice_in_two_processes_is_the_same():
+  outputs = []
+  for _ in range(2):
+    result = subprocess.run([sys.executable, '-c', _PROGRAM_SHAPE], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+  assert outputs[0] == outputs[1]
+  groups = outputs[0]['groups']
+  assert list(groups) == ['replay', 'counter', 'learner', 'actor',
+                          'evaluator', 'coordinator']
+  assert len(groups['actor']) == 3
+  assert outputs[0]['addresses']['actor'][2] == (
+      f'shape-actor-2.shape-actor:{naming.PORT}')
+
+
+# --- manifests --------------------------------------------------------------
+
+RESOURCES = {
+    'groups': {
+        'default': {'requests': {'cpu': '1', 'memory': '2Gi'}},
+        'learner': {'requests': {'cpu': '8', 'memory': '16Gi'},
+                    'limits': {'memory': '24Gi'},
+                    'nodeSelector': {'cloud.google.com/gke-nodepool':
+                                     'learner'}},
+        'actor': {'requests': {'cpu': '500m', 'memory': '1.5Gi'},
+                  'nodeSelector': {'cloud.google.com/gke-spot': 'true'},
+                  'tolerations': [{'key': 'cloud.google.com/gke-spot',
+                                   'operator': 'Equal', 'value': 'true',
+                                   'effect': 'NoSchedule'}],
+                  'backoffLimitPerIndex': 20},
+    },
+    'storage': {'storageClassName': 'standard-rwx', 'size': '1Ti'},
+}
+
+
+def _render(tmp_path, *flags, resources=None):
+  cmd = [sys.executable, K8S, 'render', '--run_name=t1', '--image=img:1',
+         f'--output={tmp_path}', '--attempt=a1'] + list(flags)
+  if resources is not None:
+    path = tmp_path / 'resources.yaml'
+    path.write_text(yaml.safe_dump(resources))
+    cmd.append(f'--resources={path}')
+  return subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, timeout=300)
+
+
+@pytest.fixture(scope='module')
+def atari_256(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('atari')
+  start = time.time()
+  result = _render(tmp, '--config=atari', '--num_actors=256',
+                   '--max_actor_steps=10000000', resources=RESOURCES)
+  seconds = time.time() - start
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp / 't1.yaml') as f:
+    objects = list(yaml.safe_load_all(f))
+  return objects, seconds, result.stdout
+
+
+def test_render_atari_256_actors(atari_256):
+  objects, seconds, stdout = atari_256
+  print(f'render --config=atari --num_actors=256: {seconds:.1f} s '
+        f'wall, {stdout.strip()}')
+  kinds = [o['kind'] for o in objects]
+  assert kinds.count('Job') == kinds.count('Service') == 6
+  assert kinds.count('NetworkPolicy') == kinds.count(
+      'PersistentVolumeClaim') == 1
+  sizes = {'replay': 1, 'counter': 1, 'learner': 1, 'actor': 256,
+           'evaluator': 1, 'coordinator': 1}
+  assert manifests.schema_errors(objects) == []
+  assert manifests.lint(objects, sizes, 30) == []
+  jobs = {o['metadata']['name']: o for o in objects if o['kind'] == 'Job'}
+  actor = jobs['t1-actor']['spec']
+  assert actor['completions'] == actor['parallelism'] == 256
+  assert actor['backoffLimitPerIndex'] == 20
+  pod = actor['template']['spec']
+  assert pod['nodeSelector'] == {'cloud.google.com/gke-spot': 'true'}
+  assert pod['containers'][0]['resources']['requests']['cpu'] == '500m'
+  learner = jobs['t1-learner']['spec']['template']['spec']
+  assert learner['containers'][0]['resources']['limits'] == {
+      'memory': '24Gi'}
+  command = pod['containers'][0]['command']
+  assert '--config=atari' in command and '--num_actors=256' in command
+  assert '--logdir=/data/t1' in command
+  pvc = [o for o in objects if o['kind'] == 'PersistentVolumeClaim'][0]
+  assert pvc['spec']['storageClassName'] == 'standard-rwx'
+
+
+def _mutations():
+  def job(objects, name='t1-learner'):
+    return next(o for o in objects if o['kind'] == 'Job' and
+                o['metadata']['name'] == name)
+
+  def pod(objects, name='t1-learner'):
+    return job(objects, name)['spec']['template']['spec']
+
+  def service(objects, name='t1-learner'):
+    return next(o for o in objects if o['kind'] == 'Service' and
+                o['metadata']['name'] == name)
+
+  return {
+      'selector': (lambda o: service(o)['spec']['selector'].update(
+          {manifests.GROUP_LABEL: 'actor'}), 'not a subset'),
+      'subdomain': (lambda o: pod(o).update(subdomain='t1-other'),
+                    'names no Service'),
+      'completions': (lambda o: job(o, 't1-actor')['spec'].update(
+          completions=255), 'has 256 node'),
+      'grace': (lambda o: pod(o).update(terminationGracePeriodSeconds=30),
+                'not longer than the termination notice'),
+      'quantity': (lambda o: pod(o)['containers'][0]['resources'][
+          'requests'].update(cpu='eight'), 'not a quantity'),
+      'port': (lambda o: pod(o)['containers'][0]['ports'][0].update(
+          containerPort=9000), 'no container port'),
+      'restart': (lambda o: pod(o).update(restartPolicy='OnFailure'),
+                  'restartPolicy must be Never'),
+      'container': (lambda o: job(o)['spec']['podFailurePolicy']['rules'][1][
+          'onExitCodes'].update(containerName='main'), 'names container'),
+      'misspelt field': (lambda o: pod(o).update(subdomian='x'),
+                         'subdomian'),
+  }
+
+
+@pytest.mark.parametrize('mutation', sorted(_mutations()))
+def test_checks_catch_a_broken_manifest(atari_256, mutation):
+  objects = copy.deepcopy(atari_256[0])
+  mutate, expected = _mutations()[mutation]
+  mutate(objects)
+  sizes = {'replay': 1, 'counter': 1, 'learner': 1, 'actor': 256,
+           'evaluator': 1, 'coordinator': 1}
+  problems = (manifests.schema_errors(objects) +
+              manifests.lint(objects, sizes, 30))
+  assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize('flags,resources,message', [
+    (['--run_name=Bad_Name'], None, "run_name='Bad_Name' is invalid"),
+    (['--logdir=/tmp/x'], None, 'under /data/'),
+    (['--num_actors=0'], None, 'num_actors=0'),
+    (['--config.batch_size=-1'], None, 'batch_size'),
+    ([], {'groups': {'actor': {'requests': {'cpu': 'lots'}}}},
+     "resources.groups.actor.requests.cpu='lots'"),
+    ([], {'groups': {'actors': {}}}, 'resources.groups.actors'),
+    ([], {'storage': {'size': 'big'}}, "storage.size='big'"),
+])
+def test_bad_input_exits_2_naming_it(tmp_path, flags, resources, message):
+  result = _render(tmp_path, *flags, resources=resources)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert message in result.stderr
+  assert not (tmp_path / 't1.yaml').exists()
+
+
+def test_pod_entry_bad_flags_exit_2(tmp_path):
+  env = dict(os.environ)
+  env.pop('JOB_COMPLETION_INDEX', None)
+  result = subprocess.run(
+      [sys.executable, '-m', 'acme_impala.k8s.node', '--group=actor',
+       f'--logdir={tmp_path}', '--run_name=t1'],
+      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, timeout=120)
+  assert result.returncode == 2
+  assert 'JOB_COMPLETION_INDEX' in result.stderr
+
+
+# --- the pod entry on several "hosts" ----------------------------------------
+
+def _require_cluster():
+  why = netns_cluster.available()
+  if why is not None:
+    if os.environ.get('ACME_IMPALA_SKIP_NETNS') == '1':
+      pytest.skip(f'multi-host test: {why} (ACME_IMPALA_SKIP_NETNS=1)')
+    pytest.fail(f'the multi-host test {why}; CI runs as root with '
+                'dnsmasq-base installed by scripts/test.sh (set '
+                'ACME_IMPALA_SKIP_NETNS=1 to skip it elsewhere).')
+
+
+class _Pods:
+  """The rendered Jobs' pods, each in its own namespace ("host")."""
+
+  def __init__(self, cluster, objects, volume, logs):
+    self._cluster = cluster
+    self._volume = str(volume)
+    self._logs = logs
+    self.jobs = {}
+    for obj in objects:
+      if obj['kind'] == 'Job':
+        container = obj['spec']['template']['spec']['containers'][0]
+        group = next(a.split('=', 1)[1] for a in container['command']
+                     if a.startswith('--group='))
+        self.jobs[group] = obj
+    self.processes = {}
+    self.restarts = {}
+
+  def start(self, group, index, extra_env=None):
+    job = self.jobs[group]
+    name = job['metadata']['name']
+    container = job['spec']['template']['spec']['containers'][0]
+    hostname = f'{name}-{index}'
+    ns = self._cluster.add_pod(
+        hostname, f'{hostname}.{name}.{netns_cluster.NAMESPACE}'
+        '.svc.cluster.local')
+    # The image's `python` is this venv's; the run's volume is mounted at
+    # /data in a pod, a directory here.
+    command = [sys.executable] + [
+        a.replace(manifests.MOUNT_PATH + '/', self._volume + '/', 1)
+        for a in container['command'][1:]]
+    title = f'{group}/{index}'
+    restarts = self.restarts.get(title, -1) + 1
+    self.restarts[title] = restarts
+    command.append(f'--termination_log={self._logs}/term-{group}-{index}-'
+                   f'{restarts}')
+    env = {k: v for k, v in os.environ.items()
+           if k in ('PATH', 'HOME', 'LANG', 'PYTHONPATH')}
+    env.update({e['name']: e['value'] for e in container['env']
+                if 'value' in e})
+    env['JOB_COMPLETION_INDEX'] = str(index)
+    env['ACME_IMPALA_RESTART_COUNT'] = str(restarts)  # The downward API's.
+    env.update(extra_env or {})
+    self.processes[title] = self._cluster.start(
+        ns, command, env, f'{self._logs}/{group}-{index}.log')
+
+  def start_all(self, extra_env=None):
+    for group, job in self.jobs.items():
+      for index in range(job['spec']['completions']):
+        self.start(group, index, extra_env)
+
+  def wait(self, timeout_s):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+      if all(p.poll() is not None for p in self.processes.values()):
+        break
+      time.sleep(0.5)
+    return {t: p.poll() for t, p in self.processes.items()}
+
+  def log(self, title):
+    with open(f'{self._logs}/{title.replace("/", "-")}.log',
+              errors='replace') as f:
+      return f.read()
+
+
+def _render_small(tmp_path, *flags):
+  result = _render(tmp_path, '--max_actor_steps=30000', '--num_actors=2',
+                   '--config.checkpoint_period_minutes=0.1', *flags)
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp_path / 't1.yaml') as f:
+    return list(yaml.safe_load_all(f))
+
+
+def _csv_rows(path):
+  if not os.path.exists(path):
+    return 0
+  with open(path) as f:
+    return max(sum(1 for _ in f) - 1, 0)
+
+
+def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
+  """replay, counter, coordinator, learner, two actors and the evaluator,
+  each a pod on its own host; actor 1 gets SIGTERM mid-run (a preemption)
+  and exits 143, a replacement with the same index joins, and the run
+  still ends at its budget with every pod exiting 0."""
+  _require_cluster()
+  objects = _render_small(tmp_path)
+  volume, logs = tmp_path / 'volume', tmp_path / 'logs'
+  volume.mkdir()
+  logs.mkdir()
+  logdir = volume / 't1'
+  with netns_cluster.Cluster() as cluster:
+    pods = _Pods(cluster, objects, volume, logs)
+    # Names resolve through the search path, as in a cluster namespace.
+    pods.start_all()
+    actor_csv = logdir / 'logs' / 'actor_1' / 'logs.csv'
+    deadline = time.time() + 240
+    while _csv_rows(actor_csv) < 1 and time.time() < deadline:
+      assert pods.processes['learner/0'].poll() is None, pods.log('learner/0')
+      time.sleep(0.5)
+    assert _csv_rows(actor_csv) >= 1, pods.log('actor/1')
+    first = pods.processes['actor/1']
+    os.killpg(first.pid, signal.SIGTERM)  # What the kubelet sends.
+    assert first.wait(timeout=60) == 128 + signal.SIGTERM, pods.log('actor/1')
+    rows_before = _csv_rows(actor_csv)
+    pods.start('actor', 1)  # The Job's replacement: same index, new address.
+    statuses = pods.wait(timeout_s=420)
+    assert all(code == 0 for code in statuses.values()), (
+        statuses, {t: pods.log(t)[-3000:] for t, c in statuses.items()
+                   if c != 0})
+  assert 'SIGTERM without a program stop' in pods.log('actor/1')
+  assert 'actor/1: starting (restart 1)' in pods.log('actor/1')
+  assert _csv_rows(actor_csv) > rows_before  # The replacement acted.
+  assert glob.glob(str(logdir / 'checkpoints' / 'learner' / '*.index'))
+  assert (logdir / 'status' / 'stop-a1').exists()
+  # The coordinator stopped the run at its budget.
+  assert 'stopping the program' in pods.log('coordinator/0')
+
+
+def test_a_failing_node_fails_its_pod_and_stops_the_others(tmp_path):
+  _require_cluster()
+  objects = _render_small(tmp_path)
+  volume, logs = tmp_path / 'volume', tmp_path / 'logs'
+  volume.mkdir()
+  logs.mkdir()
+  with netns_cluster.Cluster() as cluster:
+    pods = _Pods(cluster, objects, volume, logs)
+    pods.start_all(extra_env={'ACME_IMPALA_INJECT_FAILURE': 'actor_0'})
+    statuses = pods.wait(timeout_s=300)
+  assert statuses.pop('actor/0') == FAILED_EXIT, pods.log('actor/0')[-3000:]
+  assert all(code == 0 for code in statuses.values()), statuses
+  with open(logs / 'term-actor-0-0') as f:
+    assert "node 'actor_0' failed: InjectedFailure" in f.read()
