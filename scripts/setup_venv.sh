@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.acme_impala_stamp"
-HASH="$(cat "$ROOT/requirements.txt" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
+HASH="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-nodeps.txt" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$HASH" && -x "$VENV/bin/python" ]]; then
   exit 0
@@ -49,8 +49,7 @@ pip_install() {
 : > "$LOG"
 echo "[setup] installing the pinned stack into $VENV (about a minute with a warm cache)" >&2
 pip_install -r "$ROOT/requirements.txt"
-# Acme 0.4.0 is an sdist whose own pins are older than the verified stack.
-pip_install --no-deps dm-acme==0.4.0
+pip_install --no-deps -r "$ROOT/requirements-nodeps.txt"
 pip_install --no-deps -e "$ROOT"
 echo "$HASH" > "$STAMP"
 echo "[setup] done" >&2

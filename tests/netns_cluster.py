@@ -30,7 +30,7 @@ def available() -> Optional[str]:
   """None if this machine can run the cluster, else why not."""
   if os.geteuid() != 0:
     return 'needs root (network namespaces)'
-  for tool in ('ip', 'dnsmasq', 'unshare'):
+  for tool in ("ip", "dnsmasq", "getent"):
     if shutil.which(tool) is None:
       return f'needs {tool!r} on PATH'
   return None

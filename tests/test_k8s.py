@@ -11,6 +11,7 @@ import copy
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -405,3 +406,19 @@ def test_a_failing_node_fails_its_pod_and_stops_the_others(tmp_path):
   assert all(code == 0 for code in statuses.values()), statuses
   with open(logs / 'term-actor-0-0') as f:
     assert "node 'actor_0' failed: InjectedFailure" in f.read()
+
+
+def test_the_image_takes_its_pins_from_the_venvs_requirements():
+  with open(os.path.join(ROOT, 'Dockerfile')) as f:
+    dockerfile = f.read()
+  base = [line for line in dockerfile.splitlines()
+          if line.startswith('FROM ')]
+  assert base == ['FROM python:3.10.13-slim-bookworm']  # Pinned by version.
+  assert 'pip install -r requirements.txt' in dockerfile
+  assert 'pip install --no-deps -r requirements-nodeps.txt' in dockerfile
+  # No second copy of a pin.
+  assert '==' not in dockerfile.replace('FROM python', '')
+  with open(os.path.join(ROOT, 'scripts', 'setup_venv.sh')) as f:
+    setup = f.read()
+  assert 'requirements-nodeps.txt' in setup
+  assert not re.search(r'[a-z]==[0-9]', setup)

@@ -1,0 +1,25 @@
+# One image for every node of the program on Kubernetes (docs/gke.md).
+#   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/acme-impala:TAG .
+# The base is pinned by version: dm-launchpad 0.5.2 exists only for Python
+# <= 3.10, and the official python images ship the shared libpython that
+# courier's and reverb's .so files link against.
+FROM python:3.10.13-slim-bookworm
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    TF_CPP_MIN_LOG_LEVEL=1
+
+WORKDIR /opt/acme_impala
+# The same pins as the venv (scripts/setup_venv.sh): one copy of each.
+COPY requirements.txt requirements-nodeps.txt setup.py ./
+RUN pip install -r requirements.txt \
+ && pip install --no-deps -r requirements-nodeps.txt
+COPY acme_impala ./acme_impala
+COPY programs ./programs
+RUN pip install --no-deps -e . \
+ && python -c "import acme_impala.k8s.node"
+
+# Pods run `python -m acme_impala.k8s.node --group=... <program flags>`
+# (the command comes from the rendered Job); nothing runs by default.
+CMD ["python", "-m", "acme_impala.k8s.node", "--help"]
