@@ -14,6 +14,8 @@ stops within seconds of the budget, a signal or a failure (lifecycle.py),
 with a final checkpoint. `options` is the agent's `program.RunOptions`.
 """
 
+import json
+import os
 import time
 from typing import Sequence
 
@@ -110,8 +112,48 @@ class ReplayNode(lp.ReverbNode):
     return {name: info.current_size
             for name, info in client.server_info().items()}
 
+  @staticmethod
+  def _inserts(client: reverb.Client):
+    return {name: int(info.rate_limiter_info.insert_stats.completed)
+            for name, info in client.server_info().items()}
+
+  @property
+  def _ledger_path(self) -> str:
+    # Beside Reverb's checkpoint directory, not in it.
+    return self._checkpoint_dir.rstrip('/') + '_inserts.json'
+
+  def _write_ledger(self, at_checkpoint, latest, clean=False) -> None:
+    """Inserts counted at the last checkpoint and now, in this server's life:
+    if it dies, the next life knows how many items went with it."""
+    tmp = self._ledger_path + '.tmp'
+    with open(tmp, 'w') as f:
+      json.dump({'checkpoint': at_checkpoint, 'latest': latest,
+                 'clean': clean}, f)
+    os.replace(tmp, self._ledger_path)
+
+  def _report_lost(self) -> None:
+    """Counts and logs what the previous life inserted after its last
+    checkpoint: those items died with it (never silent)."""
+    try:
+      with open(self._ledger_path) as f:
+        ledger = json.load(f)
+    except (OSError, ValueError):
+      return
+    lost = {name: latest - ledger['checkpoint'].get(name, 0)
+            for name, latest in ledger['latest'].items()}
+    if not ledger.get('clean'):
+      logging.warning(
+          '%s: items inserted after the previous server\'s last checkpoint '
+          'were lost with it: %s (counted up to 1 s before it ended).',
+          self._label, lost)
+    else:
+      logging.info('%s: the previous server ended at a checkpoint; nothing '
+                   'it held was lost.', self._label)
+
   def run(self):
     def loop():
+      os.makedirs(os.path.dirname(self._ledger_path), exist_ok=True)
+      self._report_lost()
       server = reverb.Server(
           tables=self._make_tables(),
           port=lp_address.get_port_from_address(
@@ -123,14 +165,23 @@ class ReplayNode(lp.ReverbNode):
       if any(sizes.values()):
         logging.info('%s: restored tables from %s: %s', self._label,
                      self._checkpoint_dir, sizes)
+      at_checkpoint = self._inserts(client)
+      last_checkpoint = time.time()
       try:
-        while not lp.wait_for_stop(self._period_s):
-          client.checkpoint()
+        while not lp.wait_for_stop(1.0):
+          if time.time() - last_checkpoint >= self._period_s:
+            # Read before the checkpoint: what it holds is at least this.
+            at_checkpoint = self._inserts(client)
+            client.checkpoint()
+            last_checkpoint = time.time()
+          self._write_ledger(at_checkpoint, self._inserts(client))
       finally:
         # Writers may still insert while the checkpoint is taken: the saved
         # sizes lie between the sizes read before and after it.
         before = self._sizes(client)
+        at_checkpoint = self._inserts(client)
         path = client.checkpoint()
+        self._write_ledger(at_checkpoint, at_checkpoint, clean=True)
         logging.info('%s: checkpointed tables %s to %s (sizes when it ended: '
                      '%s).', self._label, before, path, self._sizes(client))
         server.stop()

@@ -148,6 +148,11 @@ def summarize(result):
   counts = ast.literal_eval(totals[-1]) if totals else {}
   ends = re.findall(r'sizes when it ended: (\{[^}]*\})', output)
   left = ast.literal_eval(ends[-1]).get(types.QUEUE_TABLE, 0) if ends else 0
+  # Items that died with a killed replay server, as its next life counted.
+  lost = sum(int(n) for found in re.findall(
+      r'were lost with it: \{([^}]*)\}', output)
+             for table, n in re.findall(r"'(\w+)': (-?\d+)", found)
+             if table == types.QUEUE_TABLE)
   produced = counts.get('actor_steps', env_steps) / config.unroll_length
   learned = counts.get('learner_steps', 0) * config.num_online
   summary = re.findall(r'^impala: all nodes stopped; (restarts: [^\n]*?); '
@@ -167,7 +172,7 @@ def summarize(result):
       restarts=summary[-1] if summary else 'no summary line',
       env_steps=f'{env_steps:,.0f}',
       balance=(f'{produced:,.0f} / {learned:,.0f} / {left:,.0f} / '
-               f'{produced - learned - left:+,.0f}' if counts else
+               f'{produced - learned - left:+,.0f} / {lost:,}' if counts else
                'no final counts logged'),
       continuity=continuity, final=final,
       learner_steps=last.get('learner_steps', '-'))
@@ -205,7 +210,8 @@ def main(argv):
     with open(os.path.join(result['logdir'], 'faults_result.json'), 'w') as f:
       json.dump({k: v for k, v in result.items() if k != 'output'}, f)
   print('\n| run | wall time | exit | kills | restarts (launcher summary) | '
-        'env steps | trajectories produced / learned / left / unaccounted | '
+        'env steps | trajectories produced / learned / left / unaccounted / '
+        'counted lost with the replay | '
         'learner step at its '
         'restart | final learner step | final evaluator return (last 10) |')
   print('|---|---|---:|---:|---|---:|---:|---|---:|---:|')

@@ -224,6 +224,19 @@ def test_killed_replay_comes_back_with_its_contents(faulted):
   assert faulted['learner_step_after_replay'] > faulted['learner_step_after']
 
 
+def test_items_lost_with_the_killed_replay_are_counted(faulted):
+  # Actors insert all the time and the replay checkpoints every 3 s: items
+  # inserted after the last checkpoint died with the server, and the
+  # restarted replay says how many, per table.
+  lost = re.findall(r"replay: items inserted after the previous server's "
+                    r"last checkpoint were lost with it: \{([^}]*)\}",
+                    faulted['out'])
+  assert len(lost) == 1, faulted['out'][-5000:]
+  counts = dict(re.findall(r"'(\w+)': (-?\d+)", lost[0]))
+  assert set(counts) == {'priority_table', 'replay'}
+  assert all(int(n) >= 0 for n in counts.values())
+
+
 def test_faulted_run_ends_cleanly_with_a_restart_summary(faulted):
   assert faulted['rc'] == 0, faulted['out'][-5000:]
   last = [l for l in faulted['out'].splitlines() if l.startswith('impala: ')]
