@@ -26,6 +26,14 @@ COMPILE_MODES = ('vtrace_and_optimizer', 'full', 'none')
 #       item (fast);
 #   'acme_sequence': Acme's SequenceAdder(CONTINUE), two appends per step.
 ADDERS = ('trajectory', 'acme_sequence')
+# Where a replayed row's LSTM state comes from (LASER Appendix A.2):
+#   'stored': the state the actor recorded when it wrote the trajectory;
+#   'burn_in': that state run by the learner's current network through the
+#       row's first `burn_in_length` steps, which are not learned from and
+#       pass no gradient (R2D2's burn-in, LASER's named mitigation).
+# The paper's own 'recompute' (episodes walked from their start) is not
+# built yet: see README, Status.
+REPLAY_CORE_STATES = ('stored', 'burn_in')
 
 
 class ConfigError(ValueError):
@@ -112,6 +120,9 @@ class IMPALAConfig:
   kl_threshold: Optional[float] = None
   # LASER computes the entropy bonus on online data only.
   entropy_on_online_only: bool = False
+  # A replayed row's initial LSTM state: one of REPLAY_CORE_STATES.
+  replay_core_state: str = 'stored'
+  burn_in_length: int = 0
 
   # Checkpoints of the learner and counter (distributed program).
   checkpoint_period_minutes: float = 5.0
@@ -174,6 +185,28 @@ class IMPALAConfig:
     _check_float(self, 'kl_threshold', 0.0, None, allow_none=True,
                  open_low=True)
     _check_bool(self, 'entropy_on_online_only')
+    if self.replay_core_state == 'recompute':
+      raise ConfigError(
+          "IMPALAConfig.replay_core_state='recompute' (LASER Appendix A.2: "
+          'episodes replayed from their start with recomputed LSTM states) '
+          f'is not implemented yet; expected one of {list(REPLAY_CORE_STATES)}.')
+    _check_choice(self, 'replay_core_state', REPLAY_CORE_STATES)
+    _check_int(self, 'burn_in_length', 0, None)
+    if self.replay_core_state == 'burn_in':
+      if not 1 <= self.burn_in_length < self.unroll_length:
+        raise ConfigError(
+            f'IMPALAConfig.burn_in_length={self.burn_in_length!r} is invalid '
+            f"with replay_core_state='burn_in': expected 1 <= burn_in_length "
+            f'< unroll_length={self.unroll_length!r}.')
+      if self.replay_fraction == 0.0:
+        raise ConfigError(
+            "IMPALAConfig.replay_core_state='burn_in' applies to replayed "
+            'rows, but replay_fraction=0.0 replays none; set replay_fraction '
+            "> 0 or replay_core_state='stored'.")
+    elif self.burn_in_length:
+      raise ConfigError(
+          f'IMPALAConfig.burn_in_length={self.burn_in_length!r} needs '
+          f"replay_core_state='burn_in' (it is {self.replay_core_state!r}).")
     if self.replay_fraction == 1.0:
       if self.entropy_on_online_only:
         raise ConfigError(

@@ -153,6 +153,20 @@ def data_metrics(mask, online, trust_mask, extras, learner_step,
   return metrics
 
 
+def replay_burn_in_mask(online: tf.Tensor, num_transitions: int,
+                        burn_in: int) -> tf.Tensor:
+  """[T, B] 1 where a transition is in a replayed row's burn-in.
+
+  Args:
+    online: [B] bool or 0/1, which rows came from the queue.
+    num_transitions: T.
+    burn_in: the first `burn_in` transitions of every replayed row.
+  """
+  replayed = 1. - tf.cast(online, tf.float32)  # [B]
+  early = tf.cast(tf.range(num_transitions) < burn_in, tf.float32)  # [T]
+  return early[:, None] * replayed[None, :]
+
+
 class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
   """Learner for the importance-weighted actor-critic (IMPALA)."""
 
@@ -261,9 +275,20 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     online = tf.cast(online, tf.float32)  # [B]
     entropy_mask = online if cfg.entropy_on_online_only else None
 
+    burn_in = (cfg.burn_in_length if cfg.replay_core_state == 'burn_in'
+               else 0)
+    if burn_in:
+      # Replayed rows learn only after their burn-in (online rows from
+      # their first step, as always).
+      mask = mask * (1. - replay_burn_in_mask(online, mask.shape[0], burn_in))
+
     with tf.GradientTape() as tape:
-      (logits, values), _ = self._network.unroll(
-          data.observation, core_state, start)
+      if burn_in:
+        (logits, values) = self._unroll_with_burn_in(
+            data.observation, core_state, start, online, burn_in)
+      else:
+        (logits, values), _ = self._network.unroll(
+            data.observation, core_state, start)
       trust_mask = None
       if cfg.kl_threshold is not None:
         # LASER's trust region: drop transitions whose behaviour is too far
@@ -286,6 +311,22 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         mask, online, trust_mask, extras, self._num_steps - 1,
         self._agent_id))
     return metrics
+
+  def _unroll_with_burn_in(self, observation, core_state, start, online,
+                           burn_in: int):
+    """The network over [T+1, B] steps, the state after the first
+    `burn_in` steps cut from the gradient on replayed rows (R2D2)."""
+    prefix = tree.map_structure(lambda x: x[:burn_in], observation)
+    rest = tree.map_structure(lambda x: x[burn_in:], observation)
+    (logits_a, values_a), state = self._network.unroll(
+        prefix, core_state, start[:burn_in])
+    replayed = tf.expand_dims(tf.logical_not(tf.cast(online, tf.bool)), -1)
+    state = tree.map_structure(
+        lambda s: tf.where(replayed, tf.stop_gradient(s), s), state)
+    (logits_b, values_b), _ = self._network.unroll(
+        rest, state, start[burn_in:])
+    return (tf.concat([logits_a, logits_b], 0),
+            tf.concat([values_a, values_b], 0))
 
   # -- acme.Learner. --------------------------------------------------------
 

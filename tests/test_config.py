@@ -116,3 +116,24 @@ def test_public_api_is_exported_lazily():
   proc = subprocess.run([sys.executable, '-c', code], capture_output=True,
                         text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(replay_core_state='recompute', replay_fraction=0.5),
+     "replay_core_state='recompute'.*not implemented yet"),
+    (dict(replay_core_state='latest'), "one of \\['stored', 'burn_in'\\]"),
+    (dict(replay_core_state='burn_in', burn_in_length=0, replay_fraction=0.5),
+     'burn_in_length=0 is invalid'),
+    (dict(replay_core_state='burn_in', burn_in_length=20, unroll_length=20,
+          replay_fraction=0.5), 'burn_in_length=20 is invalid'),
+    (dict(replay_core_state='burn_in', burn_in_length=5),
+     'replay_fraction=0.0 replays none'),
+    (dict(burn_in_length=5, replay_fraction=0.5),
+     "needs replay_core_state='burn_in'"),
+])
+def test_replay_core_state_choices(kwargs, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.IMPALAConfig(**kwargs)
+  ok = config_lib.IMPALAConfig(replay_core_state='burn_in', burn_in_length=5,
+                               replay_fraction=0.5)
+  assert ok.burn_in_length == 5

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import reverb
 import tensorflow as tf
+import tree
 
 from acme_impala import acting
 from acme_impala import builder as builder_lib
@@ -384,3 +385,61 @@ def test_data_metrics_measure_staleness_on_this_agents_rows_only():
                                 learner_step=10, agent_id=0)
   np.testing.assert_allclose(float(mixed["replay_staleness_mean"]),
                              (6 + 4 - 90) / 3, rtol=1e-6)
+
+
+def test_burn_in_warms_replayed_states_with_the_current_network(filled_queue):
+  """replay_core_state='burn_in': a replayed row's stored state is run
+  through its first k steps by the learner's network, those transitions are
+  not learned from and pass no gradient. Reference: the same network stepped
+  one step at a time over the k steps (resetting at episode starts), then an
+  ordinary learner on the remaining steps from that state: same loss, same
+  gradient (its norm; any gradient through the burn-in would change it)."""
+  server, spec, config = filled_queue
+  k = 2
+  sample = _batches(server, 1)[0].data
+  replayed = types.Batch(data=sample, online=tf.constant([False] * B))
+  cfg = config.replace(replay_fraction=1.0, replay_core_state='burn_in',
+                       burn_in_length=k)
+  logger = loggers.InMemoryLogger()
+  learning.IMPALALearner(_network(cfg, spec, seed=5), iter([replayed]), cfg,
+                         logger=logger).step()
+  burned = logger.data[0]
+
+  net = _network(config, spec, seed=5)
+  data = tf2_utils.batch_to_sequence(sample)  # [T+1, B, ...]
+  state = tree.map_structure(lambda s: s[0],
+                             data.extras[types.CORE_STATE])
+  zero = net.initial_state(B)
+  for t in range(k):
+    reset = tf.cast(data.start_of_episode[t], tf.bool)[:, None]
+    state = tree.map_structure(lambda z, s, r=reset: tf.where(r, z, s),
+                               zero, state)
+    _, state = net(tree.map_structure(lambda x, t=t: x[t], data.observation),
+                   state)
+  rest = tree.map_structure(lambda x: x[:, k:], sample)
+  extras = dict(rest.extras)
+  # The reference starts the remaining steps from the stepped state.
+  extras[types.CORE_STATE] = tree.map_structure(
+      lambda s, full: tf.concat([s[:, None], full[:, 1:]], 1), state,
+      rest.extras[types.CORE_STATE])
+  rest = rest._replace(extras=extras)
+  logger = loggers.InMemoryLogger()
+  learning.IMPALALearner(net, iter([rest]), config, logger=logger).step()
+  reference = logger.data[0]
+  for key in ('loss', 'policy_loss', 'baseline_loss', 'entropy', 'grad_norm',
+              'num_valid_steps'):
+    np.testing.assert_allclose(burned[key], reference[key], rtol=2e-4,
+                               err_msg=key)
+
+  # Without burn-in the same batch learns from every transition.
+  cfg = config.replace(replay_fraction=1.0)
+  logger = loggers.InMemoryLogger()
+  learning.IMPALALearner(_network(cfg, spec, seed=5), iter([replayed]), cfg,
+                         logger=logger).step()
+  assert logger.data[0]['num_valid_steps'] > burned['num_valid_steps']
+
+
+def test_burn_in_mask_covers_replayed_rows_only():
+  mask = learning.replay_burn_in_mask(tf.constant([True, False, False]), 4, 2)
+  np.testing.assert_array_equal(mask.numpy(), [[0, 1, 1], [0, 1, 1],
+                                               [0, 0, 0], [0, 0, 0]])
