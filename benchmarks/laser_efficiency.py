@@ -14,6 +14,12 @@ final average, prints a Markdown table and writes one learning-curve PNG per
 setting under --outdir.
 
   python benchmarks/laser_efficiency.py --seeds=0,1 --max_actor_steps=300000
+
+`--suite=table2` runs IMPALA's Table 2 instead: the off-policy corrections
+(V-trace, 1-step importance sampling, epsilon-correction, none), each
+without and with replay (f = 0.5). Every invocation prints the git commit
+and its settings, and writes the raw per-seed summaries and curve points as
+CSV (`--outdir/<suite>_summary.csv`, `<suite>_curves.csv`) beside the PNGs.
 """
 
 import csv
@@ -30,6 +36,9 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 
+flags.DEFINE_enum('suite', 'laser', ['laser', 'table2'],
+                  'laser: IMPALA vs replay vs LASER vs sweeps; table2: '
+                  'IMPALA Table 2 (corrections x replay).')
 flags.DEFINE_list('seeds', ['0', '1'], 'Seeds.')
 flags.DEFINE_integer('max_actor_steps', 300_000, 'Env steps per agent.')
 flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
@@ -46,7 +55,22 @@ flags.DEFINE_string('outdir', os.path.join(_ROOT, 'benchmarks', 'results'),
 FLAGS = flags.FLAGS
 
 
+def _table2_settings():
+  settings = []
+  for f in ('0', '0.5'):
+    for correction, name in (('vtrace', 'V-trace'),
+                             ('one_step_is', '1-step IS'),
+                             ('epsilon', 'eps-correction'),
+                             ('none', 'no correction')):
+      settings.append((f'{name} f={f}', 'impala_lp.py',
+                       [f'--config.off_policy_correction={correction}',
+                        f'--config.replay_fraction={f}']))
+  return settings
+
+
 def _settings():
+  if FLAGS.suite == 'table2':
+    return _table2_settings()
   b = f'--config.kl_threshold={FLAGS.kl_threshold}'
   return [
       ('IMPALA f=0', 'impala_lp.py', []),
@@ -96,6 +120,13 @@ def _summary(points):
 def main(argv):
   del argv
   os.makedirs(FLAGS.outdir, exist_ok=True)
+  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  print(f'laser_efficiency.py --suite={FLAGS.suite} at commit {commit}: '
+        f'env {FLAGS.env}, seeds {",".join(FLAGS.seeds)}, '
+        f'{FLAGS.max_actor_steps} env steps per agent, target '
+        f'{FLAGS.target:g}, base flags {" ".join(FLAGS.base_flags) or "none"}',
+        flush=True)
   results = {}
   for seed in FLAGS.seeds:
     for name, prog, args in _settings():
@@ -139,9 +170,32 @@ def main(argv):
     ax.set_ylabel('episode return (20-ep. avg)')
     ax.legend(fontsize=7)
     fname = name.replace(' ', '_').replace('=', '').replace('+', 'plus')
+    if FLAGS.suite != 'laser':
+      fname = f'{FLAGS.suite}_{fname}'
     fig.savefig(os.path.join(FLAGS.outdir, f'{fname}.png'), dpi=80,
                 bbox_inches='tight')
     plt.close(fig)
+
+  with open(os.path.join(FLAGS.outdir, f'{FLAGS.suite}_summary.csv'),
+            'w', newline='') as f:
+    out = csv.writer(f)
+    out.writerow(['setting', 'seed', 'agent', 'env_steps_to_target',
+                  'final_avg_return', 'commit', 'env', 'max_actor_steps'])
+    for name, runs in results.items():
+      for seed, agent, points in runs:
+        reached, final = _summary(points)
+        out.writerow([name, seed, agent, '' if reached is None else
+                      int(reached), f'{final:.2f}', commit, FLAGS.env,
+                      FLAGS.max_actor_steps])
+  with open(os.path.join(FLAGS.outdir, f'{FLAGS.suite}_curves.csv'), 'w',
+            newline='') as f:
+    out = csv.writer(f)
+    out.writerow(['setting', 'seed', 'agent', 'actor_steps',
+                  'episode_return'])
+    for name, runs in results.items():
+      for seed, agent, points in runs:
+        out.writerows([name, seed, agent, int(step), ret]
+                      for step, ret in points)
 
   # Across seeds: how many reached the target, the median steps of those
   # that did, and the final return's mean and spread.
