@@ -21,7 +21,7 @@ pure `program.build_program` has the same groups in the same order, so every
 process computes the same map.
 """
 
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 import launchpad as lp
 from launchpad import context as lp_context
@@ -113,10 +113,4 @@ def run_node(program: lp.Program, group: str, index: int,
   if on_start is not None:
     on_start()
   nodes[index].function()
-
-
-def node_titles(program: lp.Program) -> List[str]:
-  """'group/index' of every node, in launch order."""
-  return [f'{group}/{i}' for group, nodes in program.groups.items()
-          for i in range(len(nodes))]
 

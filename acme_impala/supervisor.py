@@ -52,9 +52,11 @@ from launchpad.program_stopper import program_stopper
 
 from acme_impala import lifecycle
 from acme_impala import running
+from acme_impala import types
 
 # Node roles (group names without a sweep's `agent_<i>_` prefix).
-ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')
+ROLES = types.ROLES
+role_of = types.role_of
 NODES_FILE = 'nodes.json'
 
 
@@ -93,11 +95,6 @@ def parse_restart_policies(text: str) -> Dict[str, RestartPolicy]:
       raise ValueError(f'restarts entry {entry!r}: the window must be > 0 s.')
     policies[role] = RestartPolicy(int(count), window_s)
   return policies
-
-
-def role_of(group: str) -> str:
-  """'agent_1_actor' -> 'actor' (a sweep prefixes its agents' groups)."""
-  return re.sub(r'^agent_\d+_', '', group)
 
 
 def describe_exit(returncode: int) -> str:

@@ -6,6 +6,7 @@ serves its variables under these group names and the actors ask for them, and
 the learner's data iterator hands the learner a `Batch`.
 """
 
+import re
 from typing import Any, NamedTuple
 
 from acme.adders import reverb as acme_reverb
@@ -18,6 +19,17 @@ REPLAY_TABLE = 'replay'
 # Names under which IMPALALearner.get_variables serves its state.
 POLICY_VARIABLES = 'policy'
 LEARNER_STEPS = 'learner_steps'
+
+# The roles of a program's nodes: its Launchpad group names, which a sweep
+# prefixes with `agent_<i>_`. Restart policies (supervisor) and Kubernetes
+# resources (k8s/manifests) are given per role.
+ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')
+
+
+def role_of(group: str) -> str:
+  """'agent_1_actor' -> 'actor' (a sweep prefixes its agents' groups)."""
+  return re.sub(r'^agent_\d+_', '', group)
+
 
 # Extras an IMPALAActor writes with each step (Acme's IMPALA layout plus the
 # two optional identifiers of the weights that acted).

@@ -27,6 +27,7 @@ Why each Job field:
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from acme_impala import types
 from acme_impala.k8s import naming
 
 NAME_LABEL = 'app.kubernetes.io/name'
@@ -35,27 +36,18 @@ GROUP_LABEL = 'acme-impala/group'
 CONTAINER = 'node'
 VOLUME = 'logdir'
 MOUNT_PATH = '/data'
-NODE_FAILED_EXIT = 3  # k8s/node.py's NODE_FAILED_EXIT (no TF import here).
+NODE_FAILED_EXIT = 3  # The pod entry's (k8s/node.py) exit code of a failed node.
 FINAL_CHECKPOINT_S = 60
 # The failure count of this pod's index, which Kubernetes sets with
 # backoffLimitPerIndex: the node's restart count (folded into its seeds).
 FAILURE_COUNT_ANNOTATION = 'batch.kubernetes.io/job-index-failure-count'
 KUBERNETES_VERSION = '1.32.0'  # The schema version validated against.
-ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')
 DEFAULT_BACKOFF = {'actor': 10, 'evaluator': 10}  # Others: 3.
 _QUANTITY = re.compile(
     r'^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)'
     r'(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+)?$')
 _GROUP_KEYS = ('requests', 'limits', 'nodeSelector', 'tolerations',
                'backoffLimitPerIndex')
-
-
-def role_of(group: str) -> str:
-  """'agent_0_actor' -> 'actor' (a sweep prefixes its groups)."""
-  for role in ROLES:
-    if group == role or group.endswith('_' + role):
-      return role
-  return group
 
 
 def is_quantity(value: Any) -> bool:
@@ -78,9 +70,9 @@ def validate_resources(resources: Mapping[str, Any]) -> Dict[str, Any]:
                      'groups and storage.')
   groups = dict(resources.get('groups') or {})
   for role, spec in groups.items():
-    if role not in ROLES + ('default',):
+    if role not in types.ROLES + ('default',):
       raise ValueError(f'resources.groups.{role}: unknown group; expected one '
-                       f'of {list(ROLES) + ["default"]}.')
+                       f'of {list(types.ROLES) + ["default"]}.')
     if not isinstance(spec, dict):
       raise ValueError(f'resources.groups.{role}: expected a mapping, got '
                        f'{spec!r}.')
@@ -112,7 +104,7 @@ def validate_resources(resources: Mapping[str, Any]) -> Dict[str, Any]:
 def _group_spec(resources: Mapping[str, Any], group: str) -> Dict[str, Any]:
   groups = resources.get('groups', {})
   spec = dict(groups.get('default') or {})
-  spec.update(groups.get(role_of(group)) or {})
+  spec.update(groups.get(types.role_of(group)) or {})
   return spec
 
 
@@ -229,7 +221,7 @@ def render(run_name: str, image: str, namespace: str,
             'parallelism': size,
             'backoffLimitPerIndex': int(spec.get(
                 'backoffLimitPerIndex',
-                DEFAULT_BACKOFF.get(role_of(group), 3))),
+                DEFAULT_BACKOFF.get(types.role_of(group), 3))),
             'podReplacementPolicy': 'Failed',
             'podFailurePolicy': {'rules': [
                 {'action': 'Ignore',

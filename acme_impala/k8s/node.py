@@ -78,15 +78,16 @@ def write_stop_marker(logdir: str, attempt: str, reason: str) -> str:
 class _Node:
   """One pod's node, its stop marker and its exit status."""
 
-  def __init__(self, title: str, marker: str):
+  def __init__(self, title: str, logdir: str, attempt: str):
     self._title = title
-    self._marker = marker
+    self._logdir = logdir
+    self._attempt = attempt
+    self._marker = stop_marker(logdir, attempt)
     self._running = threading.Event()
 
   def stopper(self):
     """`lp.stop()` here: stops every pod of the attempt, then this one."""
-    write_stop_marker(os.path.dirname(os.path.dirname(self._marker)),
-                      os.path.basename(self._marker)[len(STOP_MARKER_PREFIX):],
+    write_stop_marker(self._logdir, self._attempt,
                       f'lp.stop() in {self._title}')
     logging.info('%s: wrote the stop marker %s.', self._title, self._marker)
     os.kill(os.getpid(), signal.SIGTERM)
@@ -187,8 +188,7 @@ def main(argv, overrides):
                                      running.group_sizes(program))
     title = f'{FLAGS.group}/{index}'
     os.environ[lifecycle.NODE_TITLE_ENV] = title
-    node = _Node(title, stop_marker(run.agents[0].options.logdir,
-                                    FLAGS.attempt))
+    node = _Node(title, run.agents[0].options.logdir, FLAGS.attempt)
     running.initialize_program(program,
                                lp_context.LaunchType.LOCAL_MULTI_PROCESSING,
                                node.stopper)
