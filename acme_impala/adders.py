@@ -20,6 +20,12 @@ tables reference the same chunk, so a trajectory sent to both the queue and the
 replay is stored once. The price: the step shared by two consecutive windows
 (P < L) is stored in both chunks, 1/L extra memory for IMPALA's P = L - 1.
 
+For LASER's replay of whole episodes, both adders can also write episode
+items to some tables: one item per episode, referencing the same window
+chunks from the window that holds the episode's first transition to the one
+that holds its last (no second copy), so that a reader can walk an episode
+window by window from its start.
+
 `BatchedTrajectoryAdder` keeps K such streams, for an actor that steps K
 environments in lockstep: each step arrives as one [K, ...] batch and is
 buffered with one numpy assignment per leaf, so the per-environment Python
@@ -51,12 +57,22 @@ class _Windows:
   """
 
   def __init__(self, client, num_streams, sequence_length, period,
-               priority_fns, max_in_flight_items, get_signature_timeout_ms):
+               priority_fns, max_in_flight_items, get_signature_timeout_ms,
+               episode_tables=(), max_episode_windows=1):
     if not 1 <= period <= sequence_length:
       raise ValueError(f'period={period!r} must be in [1, sequence_length='
                        f'{sequence_length}].')
-    if not priority_fns:
-      raise ValueError('priority_fns must name at least one table.')
+    if not priority_fns and not episode_tables:
+      raise ValueError('priority_fns or episode_tables must name at least '
+                       'one table.')
+    if episode_tables and period != sequence_length - 1:
+      raise ValueError(
+          f'episode_tables need windows that overlap by one step (period = '
+          f'sequence_length - 1), got period={period!r}, sequence_length='
+          f'{sequence_length!r}.')
+    if max_episode_windows < 1:
+      raise ValueError(f'max_episode_windows={max_episode_windows!r} must be '
+                       '>= 1.')
     self._client = client
     self._k = num_streams
     self._length = sequence_length
@@ -69,23 +85,37 @@ class _Windows:
     self._structure: Any = None
     self._buffers: List[np.ndarray] = []  # One [K, L, ...] array per leaf.
     self._counts = np.zeros(num_streams, np.int64)  # Complete steps so far.
+    self._episode_tables = list(episode_tables)
+    self._max_episode_windows = max_episode_windows
+    # Per stream, the episodes whose episode item is not written yet: the
+    # current one and, until its last window is written, the one before.
+    self._open: List[List[_OpenEpisode]] = [[] for _ in range(num_streams)]
+    self._appends = 0  # Steps (windows) appended to the writer so far.
+    self.truncated_episodes = 0
 
-  def push(self, step, streams: Optional[np.ndarray] = None):
+  def push(self, step, streams: Optional[np.ndarray] = None,
+           terminal: bool = False):
     """Appends one step to each of `streams` (all K when None).
 
     Args:
       step: Acme's step layout (observation, start_of_episode, action, reward,
         discount[, extras]) with a leading [len(streams)] (or [K]) axis.
       streams: int indices of the streams the rows belong to.
+      terminal: the rows are Acme's terminal steps (an episode's final
+        observation), which end the streams' episodes.
     """
+    if streams is None:
+      streams = np.arange(self._k)
+    if self._episode_tables:
+      # Before any window is written: this push may complete the window
+      # that holds an episode's last transition.
+      self._track_episodes(step, streams, terminal)
     leaves = tree.flatten(step)
     if self._structure is None:
       self._structure = step
       self._buffers = [
           np.zeros((self._k, self._length) + np.shape(leaf)[1:],
                    np.asarray(leaf).dtype) for leaf in leaves]
-    if streams is None:
-      streams = np.arange(self._k)
     rows = self._counts[streams] % self._length
     for buffer, leaf in zip(self._buffers, leaves):
       buffer[streams, rows] = leaf
@@ -95,6 +125,23 @@ class _Windows:
     for stream in streams[ready]:
       self._write(stream)
 
+  def _track_episodes(self, step, streams, terminal: bool):
+    """Opens an episode at each start step and closes it at its terminal.
+
+    Window k of a stream holds steps kP..kP+P (P = L - 1); step s is the
+    origin of a transition in window s // P, so an episode whose first step
+    is s and whose terminal step is n spans windows s // P to (n - 1) // P.
+    """
+    starts = np.asarray(step['start_of_episode'], bool)
+    for row, stream in enumerate(streams):
+      index = int(self._counts[stream])  # This step's index in the stream.
+      if terminal:
+        current = [e for e in self._open[stream] if e.last is None]
+        if current:  # None if the episode was cut at the length cap.
+          current[-1].last = (index - 1) // self._period
+      elif starts[row]:
+        self._open[stream].append(_OpenEpisode(index // self._period))
+
   def _write(self, stream: int):
     # Rows in time order: the oldest of the stream's last L steps first.
     count = self._counts[stream]
@@ -103,6 +150,11 @@ class _Windows:
         self._structure, [buffer[stream, order] for buffer in self._buffers])
     writer = self.writer
     writer.append(window)
+    position = self._appends
+    self._appends += 1
+    if self._episode_tables:
+      self._write_episodes(stream, (count - self._length) // self._period,
+                           position)
     trajectory = reverb_base.Trajectory(
         **tree.map_structure(lambda column: column[-1], writer.history))
     numpy_trajectory = None
@@ -115,14 +167,58 @@ class _Windows:
       writer.create_item(table, priority, trajectory)
       writer.flush(self._max_in_flight_items)
 
+  def _write_episodes(self, stream: int, window: int, position: int):
+    """Adds window `window` (writer step `position`) to the stream's open
+    episodes and writes the episode items it completes."""
+    still_open = []
+    for episode in self._open[stream]:
+      if window >= episode.first:
+        episode.positions.append(position)
+      cut = len(episode.positions) == self._max_episode_windows
+      if episode.last == window or (cut and episode.last is None):
+        if episode.last is None:
+          # Replayed from its start up to the cap; the rest is not replayed.
+          self.truncated_episodes += 1
+        self._create_episode_item(episode.positions)
+      else:
+        still_open.append(episode)
+    self._open[stream] = still_open
+
+  def _create_episode_item(self, positions: List[int]):
+    writer = self.writer
+    try:
+      trajectory = reverb_base.Trajectory(**tree.map_structure(
+          lambda column: column[positions], writer.history))
+    except ValueError:
+      # A reference older than the writer keeps alive: cannot happen with
+      # the keep-alive below, but an episode must never stop the actor.
+      self.truncated_episodes += 1
+      return
+    # Uniform sampling ignores priorities: an episode item's priority is its
+    # length in windows, so that a reader of its windows knows where the
+    # episode ends (ReplaySample.info.priority).
+    for table in self._episode_tables:
+      writer.create_item(table, float(len(positions)), trajectory)
+    writer.flush(self._max_in_flight_items)
+
   @property
   def writer(self) -> reverb.TrajectoryWriter:
     if self._writer is None:
-      # One append per item: each chunk is one [L, ...] window and nothing
-      # older needs to stay referenceable.
-      self._writer = self._client.trajectory_writer(
-          num_keep_alive_refs=1,
-          get_signature_timeout_ms=self._get_signature_timeout_ms)
+      # One append per item: each chunk is one [L, ...] window. Episode
+      # items reference a stream's windows from its episode's start, so
+      # those stay referenceable: while a stream writes W windows, another
+      # writes at most 2W + 1 (terminal steps are steps too).
+      if self._episode_tables:
+        # A constant chunk length of one: auto-tuned, it would grow towards
+        # the episode items' length and hold a queue item's window back
+        # until its chunk filled.
+        self._writer = compat.window_trajectory_writer(
+            self._client, (2 * self._max_episode_windows + 1) * self._k,
+            self._get_signature_timeout_ms)
+      else:
+        self._writer = self._client.trajectory_writer(
+            num_keep_alive_refs=1,
+            get_signature_timeout_ms=self._get_signature_timeout_ms)
     return self._writer
 
   def flush(self, timeout_ms: Optional[int] = None):
@@ -138,6 +234,15 @@ class _Windows:
         writer.flush(0, timeout_ms=timeout_ms)
     finally:
       writer.close()
+
+
+class _OpenEpisode:
+  """A stream's episode whose episode item is not written yet."""
+
+  def __init__(self, first: int):
+    self.first = first  # Window holding the episode's first transition.
+    self.last: Optional[int] = None  # ... its last (known once it ended).
+    self.positions: List[int] = []  # Writer steps of its windows so far.
 
 
 def _terminal_step(step, terminal_observation):
@@ -187,6 +292,8 @@ class TrajectoryAdder(_WindowsWriter, adders.Adder):
       priority_fns: Mapping[str, PriorityFn],
       max_in_flight_items: int = 2,
       get_signature_timeout_ms: Optional[int] = 300_000,
+      episode_tables: Sequence[str] = (),
+      max_episode_windows: int = 1,
   ):
     """Creates the adder.
 
@@ -202,9 +309,17 @@ class TrajectoryAdder(_WindowsWriter, adders.Adder):
         through this), as in Acme's adders.
       get_signature_timeout_ms: time allowed to fetch the tables' signatures,
         against which the writer checks the first item (None: no check).
+      episode_tables: tables that get one item per episode instead (LASER's
+        replay of whole episodes): the item's steps are the [L, ...] windows
+        from the one holding the episode's first transition to the one
+        holding its last, in order, so an item of n windows has [n, L, ...]
+        columns; its priority is n. Needs period = sequence_length - 1.
+      max_episode_windows: the most windows of an episode item; a longer
+        episode is written up to its first `max_episode_windows` windows.
     """
     self._windows = _Windows(client, 1, sequence_length, period, priority_fns,
-                             max_in_flight_items, get_signature_timeout_ms)
+                             max_in_flight_items, get_signature_timeout_ms,
+                             episode_tables, max_episode_windows)
     # The observation awaiting its action (Acme's partial step).
     self._pending: Optional[tuple] = None
 
@@ -233,7 +348,8 @@ class TrajectoryAdder(_WindowsWriter, adders.Adder):
     self._windows.push(tree.map_structure(batch, step))
     if next_timestep.last():
       self._windows.push(tree.map_structure(
-          batch, _terminal_step(step, next_timestep.observation)))
+          batch, _terminal_step(step, next_timestep.observation)),
+                         terminal=True)
       self._pending = None
     else:
       self._pending = (next_timestep.observation, False)
@@ -260,15 +376,19 @@ class BatchedTrajectoryAdder(_WindowsWriter):
       priority_fns: Mapping[str, PriorityFn],
       max_in_flight_items: int = 2,
       get_signature_timeout_ms: Optional[int] = 300_000,
+      episode_tables: Sequence[str] = (),
+      max_episode_windows: int = 1,
   ):
     """As TrajectoryAdder, for `num_streams` environments stepped together.
 
-    `max_in_flight_items` is per stream, as if there were K adders.
+    `max_in_flight_items` is per stream, as if there were K adders; episode
+    items are per stream, each one environment's episode.
     """
     self._k = num_streams
     self._windows = _Windows(client, num_streams, sequence_length, period,
                              priority_fns, max_in_flight_items,
-                             get_signature_timeout_ms)
+                             get_signature_timeout_ms, episode_tables,
+                             max_episode_windows)
     self._observations = None  # Pending observations, a nest of [K, ...].
     self._starts = np.zeros(num_streams, bool)
     self._pending = np.zeros(num_streams, bool)
@@ -331,7 +451,8 @@ class BatchedTrajectoryAdder(_WindowsWriter):
           lambda x: x[streams],
           {key: value for key, value in step.items() if key != 'observation'})
       terminal = tree.map_structure(lambda x: x[streams], self._observations)
-      self._windows.push(_terminal_step(rows, terminal), streams)
+      self._windows.push(_terminal_step(rows, terminal), streams,
+                         terminal=True)
       self._pending[streams] = False
 
 

@@ -23,6 +23,7 @@ from acme.tf import utils as tf2_utils
 from acme.utils import counting
 from acme.utils import loggers
 from absl import logging
+import numpy as np
 import reverb
 import tensorflow as tf
 import tree
@@ -56,7 +57,7 @@ class MixedBatches:
   def __init__(self, make_online: Optional[Callable[[], Iterator]],
                make_replay: Optional[Callable[[], Iterator]],
                num_online: int, num_replayed: int,
-               max_backoff_s: float = 10.):
+               max_backoff_s: float = 10., walks: bool = False):
     self._max_backoff_s = max_backoff_s
     self._backoff_s = 0.
     self._outage_since = None
@@ -70,6 +71,10 @@ class MixedBatches:
     self._num_rows = 0
     self._online_flags = tf.constant([True] * num_online +
                                      [False] * num_replayed)
+    # Replayed rows that walk episodes (`EpisodeWalks`) say where a walk
+    # starts; online rows never do.
+    self._walks = walks
+    self._no_walk_starts = tf.zeros([num_online], tf.bool)
 
   def __iter__(self):
     return self
@@ -80,7 +85,9 @@ class MixedBatches:
     except self._UNAVAILABLE as error:
       self._lost_server(error)
       raise StopIteration from error
-    return sample.data if isinstance(sample, reverb.ReplaySample) else sample
+    if isinstance(sample, reverb.ReplaySample):
+      return sample.data
+    return sample
 
   def _lost_server(self, error):
     """Drops both datasets; the next call rebuilds them after a backoff.
@@ -139,6 +146,11 @@ class MixedBatches:
         self._replay = None  # Sampling does not remove: nothing is lost.
         raise
     # Online rows leave `_rows` only once the whole batch is there.
+    walk_start = None
+    if self._num_replayed and self._walks:
+      replayed, walk_start = replayed.data, replayed.walk_start
+      if self._num_online:
+        walk_start = tf.concat([self._no_walk_starts, walk_start], axis=0)
     if self._num_online:
       parts.append(self._take_online())
     if self._num_replayed:
@@ -146,7 +158,59 @@ class MixedBatches:
     data = parts[0] if len(parts) == 1 else tree.map_structure(
         lambda a, b: tf.concat([a, b], axis=0), *parts)
     self._reconnected()
-    return types.Batch(data=data, online=self._online_flags)
+    return types.Batch(data=data, online=self._online_flags,
+                       walk_start=walk_start)
+
+
+class EpisodeWalks:
+  """R replayed rows, each walking episodes one trajectory at a time.
+
+  LASER Appendix A.2: "we uniformly sample an episode. Then we replay each
+  episode from the beginning". Row r reads its own Reverb `TimestepDataset`
+  of the replay's episode items (see adders.py): a sample is one episode,
+  its timesteps are the episode's [T+1, ...] windows in order, so row r
+  yields an episode's windows on successive calls and then samples the next
+  episode. Only the window being learned from is decompressed into the
+  batch; Reverb's sampler holds the current episode's compressed chunks.
+
+  An episode item's priority is its length in windows (uniform sampling
+  ignores it), which says where a walk ends even when the same episode is
+  sampled twice in a row. A rebuilt `EpisodeWalks` (after a timeout or an
+  outage) starts every row on a new episode.
+
+  Yields `types.ReplayRows`: data [R, T+1, ...] and walk_start [R] bool,
+  True where the row's window is the first of its episode.
+  """
+
+  def __init__(self, server_address: str, table: str, num_rows: int,
+               window_signature, timeout_ms: int, prefetch_size: int):
+    dtypes = tree.map_structure(lambda spec: spec.dtype, window_signature)
+    shapes = tree.map_structure(lambda spec: spec.shape, window_signature)
+    rows = tuple(
+        reverb.TimestepDataset(
+            server_address=server_address, table=table, dtypes=dtypes,
+            shapes=shapes, max_in_flight_samples_per_worker=2,
+            num_workers_per_iterator=1, rate_limiter_timeout_ms=timeout_ms)
+        for _ in range(num_rows))
+    dataset = tf.data.Dataset.zip(rows).map(
+        lambda *samples: tree.map_structure(lambda *x: tf.stack(x), *samples))
+    if prefetch_size:
+      dataset = dataset.prefetch(prefetch_size)
+    self._iterator = iter(dataset)
+    self._keys = np.zeros(num_rows, np.uint64)
+    self._remaining = np.zeros(num_rows, np.int64)  # Windows left to walk.
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> types.ReplayRows:
+    sample = next(self._iterator)
+    keys = sample.info.key.numpy()
+    lengths = sample.info.priority.numpy().astype(np.int64)
+    start = (self._remaining <= 0) | (keys != self._keys)
+    self._remaining = np.where(start, lengths, self._remaining) - 1
+    self._keys = keys
+    return types.ReplayRows(data=sample.data, walk_start=tf.constant(start))
 
 
 class BackgroundIterator:
@@ -267,8 +331,25 @@ class IMPALABuilder:
 
   @property
   def table_names(self) -> List[str]:
-    """The tables this agent's actors write each trajectory into."""
+    """The tables this agent's actors write into."""
     return [t for t in (self.queue_table, self.replay_table) if t]
+
+  @property
+  def replays_episodes(self) -> bool:
+    """The replay holds whole episodes (replay_core_state='recompute')."""
+    return self._config.replays_episodes
+
+  @property
+  def _trajectory_tables(self) -> List[str]:
+    """Tables that get each trajectory (window) as an item."""
+    if self.replays_episodes:
+      return [t for t in (self.queue_table,) if t]
+    return self.table_names
+
+  @property
+  def _episode_tables(self) -> List[str]:
+    """Tables that get each episode as an item."""
+    return [self.replay_table] if self.replays_episodes else []
 
   def make_network(self) -> networks_lib.IMPALANetwork:
     """A network with its variables created (same order in every process)."""
@@ -311,14 +392,24 @@ class IMPALABuilder:
     return tables
 
   def make_replay_table(self, signature=None) -> reverb.Table:
+    """LASER's replay: uniform sampling, FIFO removal, `replay_capacity`
+    items (whole episodes under 'recompute', trajectories otherwise)."""
     cfg = self._config
+    signature = signature or self.trajectory_signature()
+    if self.replays_episodes:
+      # Episode items are [n, T+1, ...], read one [T+1, ...] window at a time
+      # by TimestepDatasets, which Reverb 0.7 checks against the table
+      # signature as [T+1, ...]: no single signature serves both, so the
+      # table has none. The writer still checks the same windows against
+      # the queue's signature.
+      signature = None
     return reverb.Table(
         name=self._replay_table,
         sampler=reverb.selectors.Uniform(),
         remover=reverb.selectors.Fifo(),
         max_size=cfg.replay_capacity,
         rate_limiter=reverb.rate_limiters.MinSize(cfg.min_replay_size),
-        signature=signature or self.trajectory_signature())
+        signature=signature)
 
   def _table_dataset(self, server_address: str, table: str, batch_size: int,
                      timeout_ms: int, drop_remainder: bool) -> Iterator:
@@ -338,6 +429,9 @@ class IMPALABuilder:
       should_stop: Optional[Callable[[], bool]] = None) -> Iterator:
     """`types.Batch`es of [B, T+1] items: B(1-f) online rows, then Bf replayed.
 
+    Under replay_core_state='recompute' the replayed rows walk episodes
+    (`EpisodeWalks`) and the batch says where each walk starts.
+
     `timeout_ms` bounds each wait for data: when a table has nothing to give
     for that long, `next` raises StopIteration and the next call resumes
     (no row taken from the queue is lost). With `should_stop`, the iterator
@@ -352,12 +446,17 @@ class IMPALABuilder:
       make_online = lambda: self._table_dataset(
           server_address, self._queue_table, cfg.num_online, timeout_ms,
           drop_remainder=False)
-    if self.uses_replay:
+    if self.uses_replay and self.replays_episodes:
+      window_signature = self.trajectory_signature()
+      make_replay = lambda: EpisodeWalks(
+          server_address, self._replay_table, cfg.num_replayed,
+          window_signature, timeout_ms, cfg.prefetch_size)
+    elif self.uses_replay:
       make_replay = lambda: self._table_dataset(
           server_address, self._replay_table, cfg.num_replayed, timeout_ms,
           drop_remainder=True)
     batches = MixedBatches(make_online, make_replay, cfg.num_online,
-                           cfg.num_replayed)
+                           cfg.num_replayed, walks=self.replays_episodes)
     if should_stop is None:
       return batches
     return BackgroundIterator(batches, should_stop)
@@ -373,11 +472,13 @@ class IMPALABuilder:
     Acme's SequenceAdder; the items are the same.
     """
     cfg = self._config
-    priority_fns = {name: None for name in self.table_names}
+    priority_fns = {name: None for name in self._trajectory_tables}
     if cfg.adder == 'trajectory':
       return adders_lib.TrajectoryAdder(
           client, sequence_length=cfg.sequence_length,
-          period=cfg.unroll_length, priority_fns=priority_fns)
+          period=cfg.unroll_length, priority_fns=priority_fns,
+          episode_tables=self._episode_tables,
+          max_episode_windows=cfg.max_episode_trajectories)
     return acme_reverb.SequenceAdder(
         client=client, sequence_length=cfg.sequence_length,
         period=cfg.unroll_length, priority_fns=priority_fns,
@@ -385,7 +486,8 @@ class IMPALABuilder:
 
   def make_adder(self, replay_client: reverb.Client, num_envs: int = 1):
     """Writes each trajectory once; the queue and replay items reference
-    the same data in Reverb (one item per table, no second copy).
+    the same data in Reverb (one item per table, no second copy). Under
+    'recompute' the replay's items are whole episodes of those trajectories.
 
     With num_envs == 1, one Acme adder. With K > 1 environments per actor,
     one batched adder (`add_first(index, timestep)`,
@@ -401,7 +503,9 @@ class IMPALABuilder:
       return adders_lib.BatchedTrajectoryAdder(
           replay_client, num_envs, sequence_length=cfg.sequence_length,
           period=cfg.unroll_length,
-          priority_fns={name: None for name in self.table_names})
+          priority_fns={name: None for name in self._trajectory_tables},
+          episode_tables=self._episode_tables,
+          max_episode_windows=cfg.max_episode_trajectories)
     return adders_lib.PerStreamAdders(
         [self._single_adder(replay_client) for _ in range(num_envs)])
 

@@ -27,13 +27,18 @@ COMPILE_MODES = ('vtrace_and_optimizer', 'full', 'none')
 #   'acme_sequence': Acme's SequenceAdder(CONTINUE), two appends per step.
 ADDERS = ('trajectory', 'acme_sequence')
 # Where a replayed row's LSTM state comes from (LASER Appendix A.2):
-#   'stored': the state the actor recorded when it wrote the trajectory;
-#   'burn_in': that state run by the learner's current network through the
-#       row's first `burn_in_length` steps, which are not learned from and
-#       pass no gradient (R2D2's burn-in, LASER's named mitigation).
-# The paper's own 'recompute' (episodes walked from their start) is not
-# built yet: see README, Status.
-REPLAY_CORE_STATES = ('stored', 'burn_in')
+#   'recompute': the paper's. The replay holds whole episodes, sampled
+#       uniformly; each replayed row of the batch walks one episode from its
+#       start, one trajectory per learner step, carrying the LSTM state that
+#       the learner's network computed on the row's previous trajectory
+#       (exact for a shared replay, whose states another agent's network
+#       wrote);
+#   'burn_in': the stored state run by the learner's current network through
+#       the row's first `burn_in_length` steps, which are not learned from
+#       and pass no gradient (R2D2's burn-in, LASER's named mitigation);
+#   'stored': the state the actor recorded when it wrote the trajectory
+#       ("not viable", LASER Figure 4 right; kept for the comparison).
+REPLAY_CORE_STATES = ('recompute', 'burn_in', 'stored')
 
 
 class ConfigError(ValueError):
@@ -109,9 +114,13 @@ class IMPALAConfig:
 
   # LASER (Schmitt et al. 2019). replay_fraction f: each learner batch holds
   # B*(1-f) online trajectories from the queue and B*f sampled uniformly
-  # from a replay table (FIFO removal, `replay_capacity` trajectories, no
-  # sampling before `min_replay_size`). 0 is plain IMPALA; 0.5 is IMPALA's
+  # from a replay table (FIFO removal, `replay_capacity` items, no sampling
+  # before `min_replay_size` items). 0 is plain IMPALA; 0.5 is IMPALA's
   # replay experiment (section 5.2.2); 0.875 is LASER's 7 replayed per online.
+  # The replay's items are whole episodes under replay_core_state='recompute'
+  # (the paper's: "we store the entire episodes", removed first in first
+  # out), trajectories of `unroll_length` steps otherwise; the two capacities
+  # count those items.
   replay_fraction: float = 0.0
   replay_capacity: int = 10_000
   min_replay_size: int = 100
@@ -120,9 +129,15 @@ class IMPALAConfig:
   kl_threshold: Optional[float] = None
   # LASER computes the entropy bonus on online data only.
   entropy_on_online_only: bool = False
-  # A replayed row's initial LSTM state: one of REPLAY_CORE_STATES.
-  replay_core_state: str = 'stored'
+  # A replayed row's initial LSTM state: one of REPLAY_CORE_STATES. Only
+  # replayed rows use it (nothing changes at replay_fraction=0).
+  replay_core_state: str = 'recompute'
   burn_in_length: int = 0
+  # 'recompute': an actor keeps an episode's trajectories referenceable until
+  # the episode ends, to write it as one replay item; an episode longer than
+  # this many steps is replayed from its start up to this length (the
+  # default is Atari's 30-minute cap, Table G.1).
+  replay_max_episode_steps: int = 27_000
 
   # Checkpoints of the learner and counter (distributed program).
   checkpoint_period_minutes: float = 5.0
@@ -185,12 +200,8 @@ class IMPALAConfig:
     _check_float(self, 'kl_threshold', 0.0, None, allow_none=True,
                  open_low=True)
     _check_bool(self, 'entropy_on_online_only')
-    if self.replay_core_state == 'recompute':
-      raise ConfigError(
-          "IMPALAConfig.replay_core_state='recompute' (LASER Appendix A.2: "
-          'episodes replayed from their start with recomputed LSTM states) '
-          f'is not implemented yet; expected one of {list(REPLAY_CORE_STATES)}.')
     _check_choice(self, 'replay_core_state', REPLAY_CORE_STATES)
+    _check_int(self, 'replay_max_episode_steps', 1, None)
     _check_int(self, 'burn_in_length', 0, None)
     if self.replay_core_state == 'burn_in':
       if not 1 <= self.burn_in_length < self.unroll_length:
@@ -223,12 +234,27 @@ class IMPALAConfig:
     _check_int(self, 'variable_update_period', 1, None)
     _check_bool(self, 'record_policy_version')
     _check_choice(self, 'adder', ADDERS)
+    if self.replays_episodes and self.adder != 'trajectory':
+      raise ConfigError(
+          f"IMPALAConfig.adder={self.adder!r} cannot write episode items; "
+          "replay_core_state='recompute' with replay_fraction > 0 needs "
+          "adder='trajectory' (or replay_core_state='stored').")
     _check_int(self, 'max_queue_size', 1, None)
     if self.max_queue_size < self.batch_size:
       raise ConfigError(
           f'IMPALAConfig.max_queue_size={self.max_queue_size!r} must be >= '
           f'batch_size={self.batch_size!r}, or the learner can never fill a '
           'batch.')
+
+  @property
+  def replays_episodes(self) -> bool:
+    """Whether the replay holds whole episodes (LASER's recompute)."""
+    return self.replay_fraction > 0 and self.replay_core_state == 'recompute'
+
+  @property
+  def max_episode_trajectories(self) -> int:
+    """The most trajectories one replayed episode item spans."""
+    return -(-self.replay_max_episode_steps // self.unroll_length)
 
   @property
   def num_replayed(self) -> int:

@@ -167,6 +167,31 @@ def replay_burn_in_mask(online: tf.Tensor, num_transitions: int,
   return early[:, None] * replayed[None, :]
 
 
+def walk_start_mask(start_of_episode: tf.Tensor,
+                    walk_start: tf.Tensor) -> tf.Tensor:
+  """[T, B] 0 for transitions before the first episode start of rows that
+  begin an episode walk (replay_core_state='recompute'), 1 elsewhere.
+
+  A walk's first trajectory is the window holding its episode's first
+  transition; the steps before that start belong to the episode before,
+  whose state the walk does not have. From the start on the LSTM runs from
+  its initial state, as the actor's did.
+
+  Args:
+    start_of_episode: [T+1, B] bool.
+    walk_start: [B] bool.
+  """
+  started = tf.cumsum(tf.cast(start_of_episode[:-1], tf.int32), axis=0) > 0
+  keep = tf.logical_or(started, tf.logical_not(walk_start)[None, :])
+  return tf.cast(keep, tf.float32)
+
+
+def _rows_where(condition: tf.Tensor, x: tf.Tensor, y: tf.Tensor):
+  """tf.where over the leading (batch) axis of [B, ...] tensors."""
+  condition = tf.reshape(condition, [-1] + [1] * (len(x.shape) - 1))
+  return tf.where(condition, x, y)
+
+
 class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
   """Learner for the importance-weighted actor-critic (IMPALA)."""
 
@@ -239,6 +264,16 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     self._apply_fn = apply_fn
     self._step_fn = tf.function(self._step, jit_compile=(mode == 'full'))
 
+    # LASER's recomputed states: the LSTM state each replayed row carries
+    # into its next trajectory, as this network computed it on the row's
+    # previous one. Not checkpointed: a restarted learner's rows start new
+    # walks.
+    self._walk_states = None
+    if config.replays_episodes:
+      self._walk_states = tree.map_structure(
+          lambda s: tf.Variable(tf.zeros_like(s), trainable=False),
+          network.initial_state(config.num_replayed))
+
     self._compile_time = None
     self._trace_time = 0.
     self._last_time = None
@@ -253,8 +288,9 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     self._optimizer.apply(gradients, self._variables)
     return grad_norm
 
-  def _step(self, data, online) -> Dict[str, tf.Tensor]:
-    """One update on a batch-major Trajectory [B, T+1, ...], online [B]."""
+  def _step(self, data, online, walk_start) -> Dict[str, tf.Tensor]:
+    """One update on a batch-major Trajectory [B, T+1, ...], online [B],
+    walk_start [B] (see types.Batch)."""
     cfg = self._config
     data = tf2_utils.batch_to_sequence(data)  # [T+1, B, ...]
     extras = data.extras
@@ -281,11 +317,18 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
       # Replayed rows learn only after their burn-in (online rows from
       # their first step, as always).
       mask = mask * (1. - replay_burn_in_mask(online, mask.shape[0], burn_in))
+    walking = self._walk_states is not None
+    if walking:
+      core_state = self._walk_start_states(core_state, online, walk_start)
+      mask = mask * walk_start_mask(start, walk_start)
 
     with tf.GradientTape() as tape:
       if burn_in:
         (logits, values) = self._unroll_with_burn_in(
             data.observation, core_state, start, online, burn_in)
+      elif walking:
+        (logits, values), state_t = self._unroll_keeping_state(
+            data.observation, core_state, start)
       else:
         (logits, values), _ = self._network.unroll(
             data.observation, core_state, start)
@@ -303,6 +346,13 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     gradients = tape.gradient(loss, self._variables)
     grad_norm = self._apply_fn(gradients)
     self._num_steps.assign_add(1)
+    if walking:
+      # The state entering step T of this window is the state entering
+      # step 0 of the row's next window (windows overlap by one step).
+      num_online = cfg.num_online
+      for variable, state in zip(tree.flatten(self._walk_states),
+                                 tree.flatten(state_t)):
+        variable.assign(tf.stop_gradient(state[num_online:]))
 
     metrics = dict(metrics)
     metrics['grad_norm'] = grad_norm
@@ -310,7 +360,50 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     metrics.update(data_metrics(
         mask, online, trust_mask, extras, self._num_steps - 1,
         self._agent_id))
+    # 'recompute': the share of replayed rows that began a new episode this
+    # step (1 / the mean walk length in trajectories); NaN otherwise.
+    replayed = 1. - online
+    metrics['walk_start_fraction'] = (
+        tf.reduce_sum(tf.cast(walk_start, tf.float32) * replayed) /
+        tf.maximum(tf.reduce_sum(replayed), 1.) if walking
+        else tf.constant(float('nan')))
     return metrics
+
+  def _walk_start_states(self, stored, online, walk_start):
+    """Each row's initial LSTM state under 'recompute': online rows the
+    actor's stored state; replayed rows starting a walk the initial state
+    (the episode's start step resets it anyway); the others the state this
+    network carried out of the row's previous window."""
+    num_online, num_replayed = self._config.num_online, self._config.num_replayed
+    rows = tree.flatten(stored)[0].shape[0]
+    if rows is not None and rows != num_online + num_replayed:
+      raise ValueError(
+          f'A batch of {rows} rows reached a learner that walks '
+          f'episodes in its last {num_replayed} of {num_online + num_replayed}'
+          ' rows (config.batch_size).')
+    initial = self._network.initial_state(num_replayed)
+    online_tail = tf.cast(online, tf.bool)[num_online:]
+    fresh = tf.cast(walk_start, tf.bool)[num_online:]
+
+    def row_states(stored_s, initial_s, carried_v):
+      replayed = _rows_where(fresh, initial_s, carried_v.read_value())
+      # Rows an iterator calls online keep their stored state.
+      tail = _rows_where(online_tail, stored_s[num_online:], replayed)
+      return tf.concat([stored_s[:num_online], tail], axis=0)
+
+    return tree.map_structure(row_states, stored, initial, self._walk_states)
+
+  def _unroll_keeping_state(self, observation, core_state, start):
+    """The network over [T+1, B] steps, and its state entering step T."""
+    steps = start.shape[0] - 1
+    head = tree.map_structure(lambda x: x[:steps], observation)
+    last = tree.map_structure(lambda x: x[steps:], observation)
+    (logits_a, values_a), state_t = self._network.unroll(
+        head, core_state, start[:steps])
+    (logits_b, values_b), _ = self._network.unroll(last, state_t,
+                                                   start[steps:])
+    return ((tf.concat([logits_a, logits_b], 0),
+             tf.concat([values_a, values_b], 0)), state_t)
 
   def _unroll_with_burn_in(self, observation, core_state, start, online,
                            burn_in: int):
@@ -334,12 +427,21 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     start = time.time()
     sample = next(self._iterator)
     got_data = time.time()
+    walk_start = None
     if isinstance(sample, types.Batch):
-      data, online = sample.data, sample.online
+      data, online, walk_start = sample.data, sample.online, sample.walk_start
     else:
       data = sample.data if isinstance(sample, reverb.ReplaySample) else sample
       online = tf.ones(tf.shape(data.discount)[:1], tf.bool)
-    metrics = self._step_fn(data, online)
+    if walk_start is None:
+      if self._walk_states is not None and not np.all(online):
+        raise ValueError(
+            "replay_core_state='recompute' needs batches that say where "
+            'each replayed row starts an episode walk (types.Batch.'
+            'walk_start, given by IMPALABuilder.make_dataset_iterator); got '
+            'replayed rows without it.')
+      walk_start = tf.zeros_like(online, tf.bool)
+    metrics = self._step_fn(data, online, walk_start)
     metrics = tf2_utils.to_numpy(metrics)
     end = time.time()
 
@@ -380,6 +482,14 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
       raise ValueError(f'Unknown variable group(s) {unknown}; this learner '
                        f'serves {sorted(groups)}.')
     return [groups[n]() for n in names]
+
+  @property
+  def walk_states(self):
+    """'recompute': the LSTM state each replayed row carries into its next
+    trajectory, a nest of [R, ...] arrays (None otherwise)."""
+    if self._walk_states is None:
+      return None
+    return tf2_utils.to_numpy(self._walk_states)
 
   @property
   def num_steps(self) -> int:

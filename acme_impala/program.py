@@ -137,6 +137,17 @@ def validate_shared_replay(configs: Sequence[config_lib.IMPALAConfig]) -> None:
             f'agent_{i}: {field}={getattr(config, field)!r} differs from '
             f'agent_0 ({getattr(first, field)!r}); agents sharing one '
             'replay must agree on the trajectory format and the replay.')
+    # Whole episodes ('recompute') or trajectories: one kind of item.
+    if config.replays_episodes != first.replays_episodes or (
+        first.replays_episodes and config.replay_max_episode_steps !=
+        first.replay_max_episode_steps):
+      raise ValueError(
+          f'agent_{i}: replay_core_state={config.replay_core_state!r} '
+          f'(replay_max_episode_steps={config.replay_max_episode_steps}) '
+          f'differs from agent_0 ({first.replay_core_state!r}, '
+          f'{first.replay_max_episode_steps}); a shared replay holds either '
+          "whole episodes ('recompute') or trajectories ('stored', "
+          "'burn_in'), the same for every agent.")
 
 
 def prepare_config(config: config_lib.IMPALAConfig, max_actor_steps: int,

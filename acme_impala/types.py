@@ -46,6 +46,17 @@ class Batch(NamedTuple):
     data: an Acme `Trajectory` nest of [B, T+1, ...] items.
     online: [B] bool; True for rows taken from the trajectory queue (each
       learned from exactly once), False for rows sampled from the replay.
+    walk_start: None, or (replay_core_state='recompute') [B] bool: True for
+      a replayed row whose trajectory is the first of an episode walk; the
+      other replayed rows continue the walk of the same row in the previous
+      batch, and the learner carries their LSTM state over.
   """
   data: Any
   online: Any
+  walk_start: Any = None
+
+
+class ReplayRows(NamedTuple):
+  """Replayed rows that walk episodes: data [R, T+1, ...], walk_start [R]."""
+  data: Any
+  walk_start: Any

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import reverb
 import tensorflow as tf
+import tree
 
 from acme_impala import adders
 from acme_impala import compat
@@ -240,3 +241,101 @@ def test_close_adder_after_server_stop_drops_writer():
     adders.close_adder(adder)  # A second close is a no-op.
   assert ours._windows._writer is None  # pylint: disable=protected-access
   assert compat.acme_adder_writer(theirs) is None
+
+
+def test_episode_items_hold_each_episode_from_its_first_window():
+  """LASER's replay of whole episodes: every episode of every stream gets
+  one item, its windows in order from the one holding its first transition
+  to the one holding its last (cut at max_episode_windows), priority = its
+  length in windows; the window items are unchanged."""
+  k, length, period, cap, steps = 4, 5, 4, 6, 150
+  rng = np.random.default_rng(0)
+  signature = acme_adders.SequenceAdder.signature(
+      _env_spec(), _extras_spec(), sequence_length=length)
+  server = reverb.Server(
+      [reverb.Table.queue('windows', 10_000, signature=signature),
+       # Episode items are [n, L, ...]: no fixed signature (see builder).
+       reverb.Table.queue('episodes', 10_000)], port=None)
+  client = reverb.Client(f'localhost:{server.port}')
+  ours = adders.BatchedTrajectoryAdder(
+      client, k, length, period, {'windows': None},
+      episode_tables=['episodes'], max_episode_windows=cap)
+  counts = np.zeros(k, int)  # Steps (observations) of each stream so far.
+  episodes = [[] for _ in range(k)]  # (first step, terminal step) per stream.
+
+  def obs(i):
+    # Features: the stream, and the index of this step within the stream.
+    counts[i] += 1
+    return np.array([i, counts[i] - 1, 0], np.float32)
+
+  starts = [0] * k
+  for i in range(k):
+    ours.add_first(i, dm_env.restart(obs(i)))
+  for t in range(steps):
+    extras = {'logits': rng.normal(size=(k, NUM_ACTIONS)).astype(np.float32),
+              'core_state': (rng.normal(size=(k, STATE)).astype(np.float32),
+                             rng.normal(size=(k, STATE)).astype(np.float32))}
+    nexts = []
+    for i in range(k):
+      # Stream 0 runs one long episode (cut at the cap) after step 30;
+      # the others end episodes often, down to a single step.
+      ends = rng.random() < (0.0 if (i == 0 and 30 < t < 120) else 0.25)
+      if ends:
+        episodes[i].append((starts[i], int(counts[i])))
+        nexts.append(dm_env.TimeStep(dm_env.StepType.LAST, np.float32(1.),
+                                     np.float32(0.), obs(i)))
+      else:
+        nexts.append(dm_env.transition(np.float32(1.), obs(i),
+                                       np.float32(1.)))
+    ours.add(np.zeros(k, np.int32), nexts, extras)
+    for i in [i for i in range(k) if nexts[i].last()]:
+      starts[i] = int(counts[i])
+      ours.add_first(i, dm_env.restart(obs(i)))
+  ours.close(timeout_ms=10_000)
+
+  expected, truncated = [], 0
+  for i in range(k):
+    # The stream's windows written so far: window w holds steps
+    # w*period .. w*period + length - 1.
+    written = (counts[i] - 1 - length) // period + 1 if counts[i] else 0
+    open_first = starts[i] // period
+    for first_step, terminal in episodes[i] + [(starts[i], None)]:
+      first = first_step // period
+      last = (terminal - 1) // period if terminal is not None else None
+      if last is None or last - first + 1 > cap:
+        if (first + cap - 1 < written and
+            (last is not None or first == open_first)):
+          expected.append((i, first, cap))
+          truncated += 1
+        continue
+      if last < written:
+        expected.append((i, first, last - first + 1))
+  size = client.server_info()['episodes'].current_size
+  got = []
+  for sample in client.sample('episodes', num_samples=size,
+                              emit_timesteps=False):
+    observation = sample.data[_observation_column(signature)]  # [n, L, 3]
+    n = observation.shape[0]
+    assert sample.info.priority == n
+    stream = int(observation[0, 0, 0])
+    first = int(observation[0, 0, 1]) // period
+    # The windows in order, each the stream's window w (feature 1 counts
+    # the stream's steps).
+    np.testing.assert_array_equal(
+        observation[:, :, 1],
+        (first + np.arange(n))[:, None] * period + np.arange(length))
+    assert (observation[:, :, 0] == stream).all()
+    got.append((stream, first, n))
+  assert sorted(got) == sorted(expected)
+  assert len(got) >= 4 * k
+  assert truncated >= 1 and ours._windows.truncated_episodes == truncated  # pylint: disable=protected-access
+  # The window items: one per `period` steps of each stream, as before.
+  windows = client.server_info()['windows'].current_size
+  assert windows == sum((c - length) // period + 1 for c in counts)
+  server.stop()
+
+
+def _observation_column(signature):
+  """Index of the observation in an item's flattened columns."""
+  paths = [path for path, _ in tree.flatten_with_path(signature)]
+  return paths.index(('observation',))

@@ -43,22 +43,26 @@ def test_single_process_agent_learns_from_laser_replay():
   rows = loggers.InMemoryLogger()
   agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
                            logger=rows)
-  acme.EnvironmentLoop(env, agent, logger=loggers.NoOpLogger()).run(
-      num_steps=3000)
-  sizes = {name: t.current_size
-           for name, t in agent.server.localhost_client().server_info(
-           ).items()}
+  counter = counting.Counter()
+  acme.EnvironmentLoop(env, agent, counter=counter,
+                       logger=loggers.NoOpLogger()).run(num_steps=3000)
+  info = agent.server.localhost_client().server_info()
+  sizes = {name: t.current_size for name, t in info.items()}
   assert set(sizes) == {'priority_table', 'replay'}
-  # Every trajectory went into the replay; the queue was read as it filled.
-  assert sizes['replay'] >= 3000 // config.unroll_length - 1
+  # The replay holds every finished episode (the paper's recompute, the
+  # default); the queue got every trajectory and was read as it filled.
+  episodes = counter.get_counts()['episodes']
+  assert episodes - 1 <= sizes['replay'] <= episodes
+  trajectories = info['priority_table'].rate_limiter_info.insert_stats.completed
+  assert trajectories >= 3000 // config.unroll_length - 1
   assert sizes['priority_table'] < config.num_online + 4
   # One learner step per new online trajectory (bar the warm-up below
-  # min_replay_size and what is still in flight).
+  # min_replay_size episodes and what is still in flight).
   steps = agent.learner.num_steps
-  assert sizes['replay'] - 30 <= steps <= sizes['replay']
+  assert trajectories - 60 <= steps <= trajectories
   last = rows.data[-1]
   for key in ('rejected_fraction_online', 'rejected_fraction_replay',
-              'replay_staleness_mean'):
+              'replay_staleness_mean', 'walk_start_fraction'):
     assert np.isfinite(last[key]), (key, last)
   # Replayed rows (uniform over ~300 trajectories) were written by much
   # older weights than the newest online row.

@@ -1,6 +1,7 @@
 """IMPALABuilder with replay: tables, one write per trajectory, batches that
-say which rows are online, and every online trajectory learned from exactly
-once, from real Reverb tables."""
+say which rows are online, every online trajectory learned from exactly
+once, and replayed rows that walk whole episodes ('recompute'), from real
+Reverb tables."""
 
 import threading
 
@@ -20,11 +21,13 @@ from acme_impala import types
 T = 5
 
 
-def _setup(replay_fraction, batch_size=8, min_replay_size=4):
+def _setup(replay_fraction, batch_size=8, min_replay_size=4,
+           core_state='stored'):
   config = config_lib.IMPALAConfig(
       unroll_length=T, batch_size=batch_size, lstm_size=8,
       replay_fraction=replay_fraction, replay_capacity=1000,
-      min_replay_size=min_replay_size, max_queue_size=1000)
+      min_replay_size=min_replay_size, max_queue_size=1000,
+      replay_core_state=core_state)
   env = environments.make_environment(config.env_id, seed=0)
   builder = builder_lib.IMPALABuilder(config, specs.make_environment_spec(env))
   server = reverb.Server(builder.make_replay_tables(), port=None)
@@ -39,6 +42,10 @@ def _act(builder, env, server, version, steps):
   acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=steps)
   adder.flush()
   return client
+
+
+def _inserts(client, table):
+  return client.server_info()[table].rate_limiter_info.insert_stats.completed
 
 
 def _sizes(client):
@@ -176,3 +183,70 @@ def test_replay_fraction_must_give_whole_trajectories():
     config_lib.IMPALAConfig(batch_size=8, replay_fraction=0.3)
   with pytest.raises(config_lib.ConfigError, match='min_replay_size'):
     config_lib.IMPALAConfig(replay_capacity=10, min_replay_size=20)
+
+
+def test_recompute_replay_holds_whole_episodes():
+  """'recompute': the queue gets every trajectory, the replay every
+  finished episode (one item each, no second copy of the data)."""
+  config, env, builder, server = _setup(0.5, core_state='recompute')
+  client = reverb.Client(f'localhost:{server.port}')
+  adder = builder.make_adder(client)
+  actor = builder.make_actor(builder.make_network(), adder, None, seed=0)
+  acme.EnvironmentLoop(env, actor, should_update=False).run(num_episodes=12)
+  adder.flush()
+  sizes = _sizes(client)
+  # The last episode's final window waits for the next episode's steps.
+  assert sizes[types.REPLAY_TABLE] in (11, 12)
+  assert sizes[types.QUEUE_TABLE] >= 12
+  server.stop()
+
+
+def test_recompute_rows_walk_episodes_and_online_rows_stay_exact():
+  """Each replayed row of successive batches walks one episode window by
+  window from the window holding its first step, then starts another; the
+  online part stays exact: 4 of 8 rows per batch, every queue trajectory
+  once, also across timeouts while the replay is below min_replay_size."""
+  config, env, builder, server = _setup(0.5, batch_size=8,
+                                        min_replay_size=25,
+                                        core_state='recompute')
+  address = f'localhost:{server.port}'
+  client = _act(builder, env, server, version=1, steps=150)
+  assert _sizes(client)[types.REPLAY_TABLE] < 25
+  iterator = builder.make_dataset_iterator(address, timeout_ms=300)
+  for _ in range(2):
+    with pytest.raises(StopIteration):
+      next(iterator)
+  _act(builder, env, server, version=2, steps=900)
+  written = _inserts(client, types.QUEUE_TABLE)
+  online_rows, walks, lengths = [], [], []
+  previous = None
+  while True:
+    try:
+      batch = next(iterator)
+    except StopIteration:
+      break  # The queue is empty.
+    online = batch.online.numpy()
+    walk_start = batch.walk_start.numpy()
+    assert online.tolist() == [True] * 4 + [False] * 4
+    assert not walk_start[:4].any()
+    obs = batch.data.observation.observation.numpy()  # [8, T+1, 4]
+    starts = batch.data.start_of_episode.numpy()
+    online_rows += [tuple(obs[r, :2].ravel()) for r in range(4)]
+    for r in range(4, 8):
+      if walk_start[r]:
+        # The walk's first window holds its episode's first transition.
+        assert starts[r, :T].any()
+        walks.append(r)
+        lengths.append(1)
+      else:
+        # The same row's next window: it begins with the previous one's
+        # bootstrap step.
+        np.testing.assert_array_equal(obs[r, 0], previous[r, T])
+        lengths[len(lengths) - 1 - walks[::-1].index(r)] += 1
+    previous = obs
+  # Every queue trajectory learned from once (the last partial batch of
+  # fewer than 4 waits in the iterator for more data).
+  assert written - 4 < len(online_rows) <= written
+  assert len(set(online_rows)) == len(online_rows)
+  assert len(walks) >= 8 and max(lengths) >= 3
+  server.stop()

@@ -119,9 +119,11 @@ def test_public_api_is_exported_lazily():
 
 
 @pytest.mark.parametrize('kwargs,message', [
-    (dict(replay_core_state='recompute', replay_fraction=0.5),
-     "replay_core_state='recompute'.*not implemented yet"),
-    (dict(replay_core_state='latest'), "one of \\['stored', 'burn_in'\\]"),
+    (dict(replay_core_state='latest'),
+     "one of \\['recompute', 'burn_in', 'stored'\\]"),
+    (dict(replay_fraction=0.5, adder='acme_sequence'),
+     "adder='acme_sequence' cannot write episode items"),
+    (dict(replay_max_episode_steps=0), 'replay_max_episode_steps=0'),
     (dict(replay_core_state='burn_in', burn_in_length=0, replay_fraction=0.5),
      'burn_in_length=0 is invalid'),
     (dict(replay_core_state='burn_in', burn_in_length=20, unroll_length=20,
@@ -137,3 +139,15 @@ def test_replay_core_state_choices(kwargs, message):
   ok = config_lib.IMPALAConfig(replay_core_state='burn_in', burn_in_length=5,
                                replay_fraction=0.5)
   assert ok.burn_in_length == 5
+
+
+def test_recompute_is_the_default_with_replay():
+  laser = config_lib.IMPALAConfig(replay_fraction=0.875, batch_size=32,
+                                  unroll_length=20)
+  assert laser.replay_core_state == 'recompute' and laser.replays_episodes
+  assert laser.max_episode_trajectories == 27_000 // 20
+  # Nothing is replayed at f = 0, so nothing changes there.
+  assert not config_lib.IMPALAConfig().replays_episodes
+  assert not laser.replace(replay_core_state='stored').replays_episodes
+  # Acme's adder writes trajectories only, which 'stored' replays.
+  laser.replace(replay_core_state='stored', adder='acme_sequence')

@@ -337,7 +337,7 @@ def test_entropy_on_online_rows_only(filled_queue):
                                          [False] * (B - B // 2)))
   entropies = {}
   for online_only in (False, True):
-    cfg = config.replace(replay_fraction=0.5,
+    cfg = config.replace(replay_fraction=0.5, replay_core_state='stored',
                          entropy_on_online_only=online_only)
     logger = loggers.InMemoryLogger()
     learner = learning.IMPALALearner(_network(cfg, spec, seed=5),
@@ -432,7 +432,7 @@ def test_burn_in_warms_replayed_states_with_the_current_network(filled_queue):
                                err_msg=key)
 
   # Without burn-in the same batch learns from every transition.
-  cfg = config.replace(replay_fraction=1.0)
+  cfg = config.replace(replay_fraction=1.0, replay_core_state='stored')
   logger = loggers.InMemoryLogger()
   learning.IMPALALearner(_network(cfg, spec, seed=5), iter([replayed]), cfg,
                          logger=logger).step()
@@ -443,3 +443,156 @@ def test_burn_in_mask_covers_replayed_rows_only():
   mask = learning.replay_burn_in_mask(tf.constant([True, False, False]), 4, 2)
   np.testing.assert_array_equal(mask.numpy(), [[0, 1, 1], [0, 1, 1],
                                                [0, 0, 0], [0, 0, 0]])
+
+
+# -- LASER's recomputed states (replay_core_state='recompute'). --------------
+
+
+def _step_network(net, weights, observations, starts, state):
+  """Reference: `net` with `weights`, stepped one step at a time over
+  [n, R, ...] observations from `state`, reset at episode starts as the
+  actor resets it. Returns the state after the n steps."""
+  for variable, value in zip(net.variables, weights):
+    variable.assign(value)
+  initial = net.initial_state(starts.shape[1])
+  for t in range(starts.shape[0]):
+    reset = tf.constant(starts[t])[:, None]
+    state = tree.map_structure(lambda i, s, r=reset: tf.where(r, i, s),
+                               initial, state)
+    _, state = net(tree.map_structure(lambda x, t=t: x[t], observations),
+                   state)
+  return state
+
+
+def _check_walks(learner, net, iterator, reference_net, num_online, steps,
+                 reader_id=None):
+  """Steps the learner and checks every replayed row's carried state
+  against the reference chain started at each walk's first window.
+
+  Returns per learner step the rows' stored core states at the first step
+  of their windows and the reference states carried into them."""
+  recorded = []
+
+  def tap():
+    for batch in iterator:
+      recorded.append(batch)
+      yield batch
+
+  learner._iterator = tap()  # pylint: disable=protected-access
+  reference, continued, comparisons = None, 0, []
+  for _ in range(steps):
+    weights = [v.numpy() for v in net.variables]
+    learner.step()
+    batch = recorded[-1]
+    walk_start = batch.walk_start.numpy()[num_online:]
+    data = tf2_utils.batch_to_sequence(tree.map_structure(
+        lambda x: x[num_online:], batch.data))  # [T+1, R, ...]
+    starts = data.start_of_episode.numpy().astype(bool)
+    rows = len(walk_start)
+    fresh = reference_net.initial_state(rows)
+    if reference is None:
+      reference = fresh
+    entering = tree.map_structure(
+        lambda f, r: tf.where(tf.constant(walk_start)[:, None], f, r),
+        fresh, reference)
+    continued += int((~walk_start).sum())
+    if (~walk_start).any():
+      stored = tree.map_structure(lambda s: s[0].numpy(),
+                                  data.extras[types.CORE_STATE])
+      comparisons.append((~walk_start, stored,
+                          tree.map_structure(np.asarray, entering)))
+    reference = _step_network(
+        reference_net, weights,
+        tree.map_structure(lambda x: x[:T], data.observation), starts[:T],
+        entering)
+    for got, want in zip(tree.flatten(learner.walk_states),
+                         tree.flatten(reference)):
+      np.testing.assert_allclose(got, want.numpy(), atol=2e-5)
+    if reader_id is not None:
+      writers = data.extras[types.AGENT_ID].numpy()
+      assert (writers[~starts] != reader_id).all()
+  assert continued >= 2 * T
+  return comparisons
+
+
+def _laser_setup(replay_fraction, seed, agent_id=0, builder=None, **kw):
+  config = _config(replay_fraction=replay_fraction, replay_capacity=1000,
+                   min_replay_size=6, **kw)
+  env = environments.make_environment(config.env_id, seed=seed)
+  spec = specs.make_environment_spec(env)
+  builder = builder or builder_lib.IMPALABuilder(config, spec)
+  return config, env, spec, builder
+
+
+def test_recompute_carries_the_network_state_from_each_episode_start():
+  """Each replayed row starts from the state the learner's network reaches
+  when stepped one step at a time from its episode's first step, over the
+  windows the row walked (with the weights the learner had when it learned
+  from each window); online rows keep their stored state."""
+  config, env, spec, builder = _laser_setup(0.5, seed=0)
+  assert config.replay_core_state == 'recompute'  # The default with replay.
+  server = reverb.Server(builder.make_replay_tables(), port=None)
+  address = f'localhost:{server.port}'
+  client = reverb.Client(address)
+  adder = builder.make_adder(client, num_envs=1)
+  actor = builder.make_actor(_network(config, spec, seed=1), adder, seed=0)
+  acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=800)
+  adder.flush()
+  net = _network(config, spec, seed=2)
+  learner = builder.make_learner(net, None, logger=loggers.InMemoryLogger())
+  _check_walks(learner, net, builder.make_dataset_iterator(address),
+               _network(config, spec, seed=3), config.num_online, steps=12)
+  server.stop()
+
+
+def test_shared_replay_agent_recomputes_another_agents_episodes():
+  """LASER's shared replay: agent 1 replays the episodes agent 0's actors
+  wrote (with agent 0's network) from agent 1's own recomputed state, not
+  from the state agent 0 stored."""
+  writer_config, env, spec, _ = _laser_setup(0.5, seed=0)
+  reader_config = writer_config.replace(replay_fraction=1.0,
+                                        learning_rate=1e-3)
+  writer = builder_lib.IMPALABuilder.for_sweep_agent(writer_config, spec, 0,
+                                                     share_replay=True)
+  reader = builder_lib.IMPALABuilder.for_sweep_agent(reader_config, spec, 1,
+                                                     share_replay=True)
+  server = reverb.Server(
+      builder_lib.make_server_tables([writer, reader], share_replay=True),
+      port=None)
+  address = f'localhost:{server.port}'
+  client = reverb.Client(address)
+  adder = writer.make_adder(client, num_envs=1)
+  actor = writer.make_actor(_network(writer_config, spec, seed=1), adder,
+                            seed=0)
+  acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=800)
+  adder.flush()
+  net = _network(reader_config, spec, seed=2)
+  learner = reader.make_learner(net, None, logger=loggers.InMemoryLogger())
+  comparisons = _check_walks(
+      learner, net, reader.make_dataset_iterator(address),
+      _network(reader_config, spec, seed=3), 0, steps=12, reader_id=1)
+  # The state agent 1 carried differs from the one agent 0 stored there.
+  differences = [np.abs(stored[0][rows] - entering[0][rows]).max()
+                 for rows, stored, entering in comparisons]
+  assert min(differences) > 1e-2
+  server.stop()
+
+
+def test_walk_start_mask_keeps_a_walks_episode_only():
+  starts = tf.constant([[False, True, False], [True, False, False],
+                        [False, False, True], [False, True, False]])
+  mask = learning.walk_start_mask(starts, tf.constant([True, True, False]))
+  # Row 0 starts at step 1; row 1 at step 0; row 2 continues a walk.
+  np.testing.assert_array_equal(mask.numpy(), [[0, 1, 1], [1, 1, 1],
+                                               [1, 1, 1]])
+
+
+def test_recompute_refuses_replayed_rows_without_walk_starts(filled_queue):
+  server, spec, config = filled_queue
+  sample = _batches(server, 1)[0]
+  batch = types.Batch(data=sample.data, online=tf.constant([False] * B))
+  cfg = config.replace(replay_fraction=1.0)
+  learner = learning.IMPALALearner(_network(cfg, spec), iter([batch]), cfg,
+                                   logger=loggers.InMemoryLogger())
+  with pytest.raises(ValueError, match='walk_start'):
+    learner.step()

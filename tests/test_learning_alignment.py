@@ -287,7 +287,7 @@ def test_first_step_loss_matches_reference_with_paper_thresholds():
 def test_first_step_loss_matches_reference_with_online_entropy():
   """types.Batch rows marked replayed get no entropy bonus (LASER)."""
   config = _config(entropy_on_online_only=True, replay_fraction=1 / 3,
-                   loss_reduction='mean')
+                   replay_core_state='stored', loss_reduction='mean')
   items, net = _items_and_network(config, seed=5)
   online = np.array([True] * 6 + [False] * 3)
   expected, _ = ref.learner_loss(net, items, config, online=online)

@@ -1,5 +1,5 @@
 """LASER programs: mixing online and replayed data without deadlock at
-f = 0.875 and f = 1, and a two-agent sweep sharing one replay (test_mt)."""
+f = 0, 0.875 and 1, and a two-agent sweep sharing one replay (test_mt)."""
 
 import csv
 import os
@@ -33,10 +33,14 @@ def _learner_rows(path):
 
 
 @pytest.mark.parametrize('f,extra', [
+    (0.0, []),
     (0.875, ['--config.kl_threshold=0.5', '--config.entropy_on_online_only=true']),
     (1.0, []),
 ])
 def test_replay_mixing_runs_and_stops_without_deadlock(tmp_path, f, extra):
+  """With the default replay_core_state='recompute': replayed rows walk
+  episodes (a walk spans several trajectories), and the program ends at its
+  budget."""
   logdir = str(tmp_path / f'f{f}')
   rc, out = _run('impala_lp.py', [
       '--lp_launch_type=local_mp', f'--logdir={logdir}', '--num_actors=1',
@@ -48,7 +52,13 @@ def test_replay_mixing_runs_and_stops_without_deadlock(tmp_path, f, extra):
   rows = _learner_rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
   assert rows and float(rows[-1]['learner_steps']) >= 1
   staleness = [float(r['replay_staleness_mean']) for r in rows]
+  walk_starts = [float(r['walk_start_fraction']) for r in rows]
+  if f == 0.0:
+    assert all(s != s for s in staleness + walk_starts)  # NaN: no replay
+    return
   assert any(s == s for s in staleness)  # logged (not NaN) with replay
+  walk_starts = [w for w in walk_starts if w == w]
+  assert walk_starts and np.mean(walk_starts) < 0.9
   if f == 1.0:
     assert 'Proposition 2' in out
     assert all(r['rejected_fraction_online'] == 'nan' for r in rows)
@@ -71,6 +81,15 @@ def test_sweep_validation_names_the_mismatch(tmp_path):
   other = base.replace(lstm_size=32)
   with pytest.raises(ValueError, match='lstm_size=32'):
     sweep.make_sweep_program([base, other], 1, 100, str(tmp_path / 'x'))
+  with pytest.raises(ValueError, match="replay_core_state='stored'"):
+    sweep.make_sweep_program(
+        [base, base.replace(replay_core_state='stored')], 1, 100,
+        str(tmp_path / 'z'))
+  # 'stored' and 'burn_in' agents read the same trajectories.
+  sweep.make_sweep_program(
+      [base.replace(replay_core_state='stored'),
+       base.replace(replay_core_state='burn_in', burn_in_length=2)], 1, 100,
+      str(tmp_path / 'w'))
   with pytest.raises(ValueError, match='replay_fraction=0'):
     sweep.make_sweep_program([base.replace(replay_fraction=0.)], 1, 100,
                              str(tmp_path / 'y'))
