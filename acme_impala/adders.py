@@ -21,10 +21,11 @@ replay is stored once. The price: the step shared by two consecutive windows
 (P < L) is stored in both chunks, 1/L extra memory for IMPALA's P = L - 1.
 
 For LASER's replay of whole episodes, both adders can also write episode
-items to some tables: one item per episode, referencing the same window
-chunks from the window that holds the episode's first transition to the one
-that holds its last (no second copy), so that a reader can walk an episode
-window by window from its start.
+items to some tables: one item per episode, whose steps are the windows
+from the one that holds the episode's first transition to the one that
+holds its last, so that a reader can walk an episode window by window from
+its start. They are written by a second writer per stream (see
+`_Windows._episode_writer` for why).
 
 `BatchedTrajectoryAdder` keeps K such streams, for an actor that steps K
 environments in lockstep: each step arrives as one [K, ...] batch and is
@@ -90,7 +91,11 @@ class _Windows:
     # Per stream, the episodes whose episode item is not written yet: the
     # current one and, until its last window is written, the one before.
     self._open: List[List[_OpenEpisode]] = [[] for _ in range(num_streams)]
-    self._appends = 0  # Steps (windows) appended to the writer so far.
+    self._stream_max_in_flight_items = max_in_flight_items
+    # One episode writer per stream (see _episode_writer).
+    self._episode_writers: List[Optional[reverb.TrajectoryWriter]] = (
+        [None] * num_streams)
+    self._episode_appends = np.zeros(num_streams, np.int64)
     self.truncated_episodes = 0
 
   def push(self, step, streams: Optional[np.ndarray] = None,
@@ -150,11 +155,9 @@ class _Windows:
         self._structure, [buffer[stream, order] for buffer in self._buffers])
     writer = self.writer
     writer.append(window)
-    position = self._appends
-    self._appends += 1
     if self._episode_tables:
       self._write_episodes(stream, (count - self._length) // self._period,
-                           position)
+                           window)
     trajectory = reverb_base.Trajectory(
         **tree.map_structure(lambda column: column[-1], writer.history))
     numpy_trajectory = None
@@ -167,73 +170,92 @@ class _Windows:
       writer.create_item(table, priority, trajectory)
       writer.flush(self._max_in_flight_items)
 
-  def _write_episodes(self, stream: int, window: int, position: int):
-    """Adds window `window` (writer step `position`) to the stream's open
-    episodes and writes the episode items it completes."""
+  def _write_episodes(self, stream: int, index: int, window):
+    """Adds window `index` of `stream` to the stream's open episodes and
+    writes the episode items it completes."""
+    needed = [e for e in self._open[stream] if index >= e.first]
+    if not needed:
+      return  # Only a cut episode's remainder: not replayed.
+    writer = self._episode_writer(stream)
+    writer.append(window)
+    position = int(self._episode_appends[stream])
+    self._episode_appends[stream] += 1
     still_open = []
     for episode in self._open[stream]:
-      if window >= episode.first:
+      if index >= episode.first:
         episode.positions.append(position)
       cut = len(episode.positions) == self._max_episode_windows
-      if episode.last == window or (cut and episode.last is None):
+      if episode.last == index or (cut and episode.last is None):
         if episode.last is None:
           # Replayed from its start up to the cap; the rest is not replayed.
           self.truncated_episodes += 1
-        self._create_episode_item(episode.positions)
+        self._create_episode_item(writer, episode.positions)
       else:
         still_open.append(episode)
     self._open[stream] = still_open
 
-  def _create_episode_item(self, positions: List[int]):
-    writer = self.writer
-    try:
-      trajectory = reverb_base.Trajectory(**tree.map_structure(
-          lambda column: column[positions], writer.history))
-    except ValueError:
-      # A reference older than the writer keeps alive: cannot happen with
-      # the keep-alive below, but an episode must never stop the actor.
-      self.truncated_episodes += 1
-      return
+  def _create_episode_item(self, writer, positions: List[int]):
+    trajectory = reverb_base.Trajectory(**tree.map_structure(
+        lambda column: column[positions], writer.history))
     # Uniform sampling ignores priorities: an episode item's priority is its
     # length in windows, so that a reader of its windows knows where the
     # episode ends (ReplaySample.info.priority).
     for table in self._episode_tables:
       writer.create_item(table, float(len(positions)), trajectory)
-    writer.flush(self._max_in_flight_items)
+    writer.flush(self._stream_max_in_flight_items)
+
+  def _episode_writer(self, stream: int) -> reverb.TrajectoryWriter:
+    """Stream `stream`'s writer of episode items, apart from the window
+    writer: every item a writer sends names all the chunks it keeps
+    referenceable, and an episode must stay referenceable until it ends.
+    Kept in the window writer, that made each queue item's request carry a
+    whole episode's chunk keys (measured: 83 ms per window at 2,000 kept
+    windows). This writer sends one request per episode, and its chunks of
+    several windows keep the list short. The price is a second compressed
+    copy of each window in flight; the queue's copy is removed once learned
+    from, so the replay still holds each window once."""
+    if self._episode_writers[stream] is None:
+      keep = self._max_episode_windows + 1
+      self._episode_writers[stream] = compat.constant_chunk_trajectory_writer(
+          self._client, chunk_length=min(keep, _EPISODE_CHUNK_WINDOWS),
+          num_keep_alive_refs=keep,
+          get_signature_timeout_ms=self._get_signature_timeout_ms)
+    return self._episode_writers[stream]
 
   @property
   def writer(self) -> reverb.TrajectoryWriter:
     if self._writer is None:
-      # One append per item: each chunk is one [L, ...] window. Episode
-      # items reference a stream's windows from its episode's start, so
-      # those stay referenceable: while a stream writes W windows, another
-      # writes at most 2W + 1 (terminal steps are steps too).
-      if self._episode_tables:
-        # A constant chunk length of one: auto-tuned, it would grow towards
-        # the episode items' length and hold a queue item's window back
-        # until its chunk filled.
-        self._writer = compat.window_trajectory_writer(
-            self._client, (2 * self._max_episode_windows + 1) * self._k,
-            self._get_signature_timeout_ms)
-      else:
-        self._writer = self._client.trajectory_writer(
-            num_keep_alive_refs=1,
-            get_signature_timeout_ms=self._get_signature_timeout_ms)
+      # One append per item: each chunk is one [L, ...] window and nothing
+      # older needs to stay referenceable.
+      self._writer = self._client.trajectory_writer(
+          num_keep_alive_refs=1,
+          get_signature_timeout_ms=self._get_signature_timeout_ms)
     return self._writer
 
+  def _writers(self) -> List[reverb.TrajectoryWriter]:
+    return [w for w in [self._writer] + self._episode_writers
+            if w is not None]
+
   def flush(self, timeout_ms: Optional[int] = None):
-    if self._writer is not None:
-      self._writer.flush(0, timeout_ms=timeout_ms)
+    for writer in self._writers():
+      writer.flush(0, timeout_ms=timeout_ms)
 
   def close(self, timeout_ms: Optional[int] = None):
-    if self._writer is None:
-      return
-    writer, self._writer = self._writer, None
+    writers = self._writers()
+    self._writer = None
+    self._episode_writers = [None] * self._k
     try:
       if timeout_ms is not None:
-        writer.flush(0, timeout_ms=timeout_ms)
+        for writer in writers:
+          writer.flush(0, timeout_ms=timeout_ms)
     finally:
-      writer.close()
+      for writer in writers:
+        writer.close()
+
+
+# Windows per chunk of an episode writer: a few keeps the list of chunks a
+# writer keeps referenceable short, and bounds what it buffers uncompressed.
+_EPISODE_CHUNK_WINDOWS = 8
 
 
 class _OpenEpisode:
@@ -242,7 +264,8 @@ class _OpenEpisode:
   def __init__(self, first: int):
     self.first = first  # Window holding the episode's first transition.
     self.last: Optional[int] = None  # ... its last (known once it ended).
-    self.positions: List[int] = []  # Writer steps of its windows so far.
+    self.positions: List[int] = []  # Its windows' steps in the episode
+    # writer of its stream.
 
 
 def _terminal_step(step, terminal_observation):

@@ -64,20 +64,20 @@ def create_rmsprop_slots(optimizer, variables: Sequence[tf.Variable],
     ms.assign(tf.fill(tf.shape(ms), tf.cast(initial_ms, ms.dtype)))
 
 
-def window_trajectory_writer(client, num_keep_alive_refs: int,
-                             get_signature_timeout_ms):
-  """A Reverb 0.7 TrajectoryWriter whose chunks are single steps.
 
-  `Client.trajectory_writer` auto-tunes the chunk length towards the items'
-  length (up to `num_keep_alive_refs`), and a step then reaches the server
-  only once its chunk fills; `TrajectoryWriter.configure` can fix the length
-  only after the first append. The constant option is built here through
-  the client's private `_client` (the pybind client), as the public method
-  does itself.
+def constant_chunk_trajectory_writer(client, chunk_length: int,
+                                     num_keep_alive_refs: int,
+                                     get_signature_timeout_ms):
+  """A Reverb 0.7 TrajectoryWriter with a constant chunk length.
+
+  `Client.trajectory_writer` auto-tunes the chunk length, and
+  `TrajectoryWriter.configure` can fix it only once the first step has been
+  appended. The constant option is built here through the client's private
+  `_client` (the pybind client), as the public method does itself.
   """
   import reverb  # pylint: disable=g-import-not-at-top
   from reverb import pybind  # pylint: disable=g-import-not-at-top
   options = pybind.ConstantChunkerOptions(
-      max_chunk_length=1, num_keep_alive_refs=num_keep_alive_refs)
+      max_chunk_length=chunk_length, num_keep_alive_refs=num_keep_alive_refs)
   return reverb.TrajectoryWriter(client._client.NewTrajectoryWriter(  # pylint: disable=protected-access
       options, get_signature_timeout_ms))

@@ -17,14 +17,21 @@ setting under --outdir.
 
 `--suite=table2` runs IMPALA's Table 2 instead: the off-policy corrections
 (V-trace, 1-step importance sampling, epsilon-correction, none), each
-without and with replay (f = 0.5). Every invocation prints the git commit
-and its settings, and writes the raw per-seed summaries and curve points as
-CSV (`--outdir/<suite>_summary.csv`, `<suite>_curves.csv`) beside the PNGs.
+without and with replay (f = 0.5). `--suite=replay_states`: IMPALA (f = 0)
+vs LASER (f = 0.875, trust region) with the paper's recomputed LSTM states
+vs the stored ones. `--suite=sharing`: sweeps of 4 agents (learning rate x
+entropy cost) sharing one replay with and without the trust region, vs each
+agent with its own replay, with recomputed states, and the shared sweep with
+stored states. Every invocation prints the git commit and its settings, and
+writes the raw per-seed summaries and curve points as CSV
+(`--outdir/<prefix>_summary.csv`, `<prefix>_curves.csv`; the prefix is the
+suite, plus the environment unless CartPole) beside the PNGs.
 """
 
 import csv
 import glob
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,9 +43,17 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 
-flags.DEFINE_enum('suite', 'laser', ['laser', 'table2'],
+flags.DEFINE_enum('suite', 'laser',
+                  ['laser', 'table2', 'replay_states', 'sharing'],
                   'laser: IMPALA vs replay vs LASER vs sweeps; table2: '
-                  'IMPALA Table 2 (corrections x replay).')
+                  'IMPALA Table 2 (corrections x replay); replay_states: '
+                  'IMPALA vs LASER with recomputed vs stored LSTM states; '
+                  'sharing: 4-agent sweeps, shared replay with and without '
+                  'the trust region vs separate replays.')
+flags.DEFINE_list('sweep_learning_rates', ['1e-3', '2e-3'],
+                  'sharing: the swept learning rates.')
+flags.DEFINE_list('sweep_entropy_costs', ['0.003', '0.01'],
+                  'sharing: the swept entropy costs.')
 flags.DEFINE_list('seeds', ['0', '1'], 'Seeds.')
 flags.DEFINE_integer('max_actor_steps', 300_000, 'Env steps per agent.')
 flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
@@ -68,9 +83,42 @@ def _table2_settings():
   return settings
 
 
+def _replay_states_settings():
+  laser = ['--config.replay_fraction=0.875',
+           f'--config.kl_threshold={FLAGS.kl_threshold}',
+           '--config.entropy_on_online_only=true']
+  return [
+      ('IMPALA f=0', 'impala_lp.py', []),
+      ('LASER f=0.875 +TR recompute', 'impala_lp.py',
+       laser + ['--config.replay_core_state=recompute']),
+      ('LASER f=0.875 +TR stored', 'impala_lp.py',
+       laser + ['--config.replay_core_state=stored']),
+  ]
+
+
+def _sharing_settings():
+  grid = [f'--learning_rates={",".join(FLAGS.sweep_learning_rates)}',
+          f'--entropy_costs={",".join(FLAGS.sweep_entropy_costs)}',
+          '--config.entropy_on_online_only=true']
+  b = f'--config.kl_threshold={FLAGS.kl_threshold}'
+  recompute = '--config.replay_core_state=recompute'
+  return [
+      ('shared +TR recompute', 'laser_sweep_lp.py', grid + [b, recompute]),
+      ('shared no TR recompute', 'laser_sweep_lp.py', grid + [recompute]),
+      ('separate +TR recompute', 'laser_sweep_lp.py',
+       grid + [b, recompute, '--noshare_replay']),
+      ('shared +TR stored', 'laser_sweep_lp.py',
+       grid + [b, '--config.replay_core_state=stored']),
+  ]
+
+
 def _settings():
   if FLAGS.suite == 'table2':
     return _table2_settings()
+  if FLAGS.suite == 'replay_states':
+    return _replay_states_settings()
+  if FLAGS.suite == 'sharing':
+    return _sharing_settings()
   b = f'--config.kl_threshold={FLAGS.kl_threshold}'
   return [
       ('IMPALA f=0', 'impala_lp.py', []),
@@ -115,6 +163,15 @@ def _summary(points):
       break
   final = returns[-20:].mean() if len(returns) else float('nan')
   return reached, final
+
+
+def _prefix():
+  """Output file prefix: the suite, and the environment unless CartPole
+  (whose files predate the others)."""
+  if FLAGS.env == 'CartPole-v1':
+    return FLAGS.suite
+  env = re.sub(r'[^a-z0-9]+', '_', FLAGS.env.lower().replace('-v1', ''))
+  return f'{FLAGS.suite}_{env.strip("_")}'
 
 
 def main(argv):
@@ -170,13 +227,13 @@ def main(argv):
     ax.set_ylabel('episode return (20-ep. avg)')
     ax.legend(fontsize=7)
     fname = name.replace(' ', '_').replace('=', '').replace('+', 'plus')
-    if FLAGS.suite != 'laser':
-      fname = f'{FLAGS.suite}_{fname}'
+    if FLAGS.suite != 'laser' or FLAGS.env != 'CartPole-v1':
+      fname = f'{_prefix()}_{fname}'
     fig.savefig(os.path.join(FLAGS.outdir, f'{fname}.png'), dpi=80,
                 bbox_inches='tight')
     plt.close(fig)
 
-  with open(os.path.join(FLAGS.outdir, f'{FLAGS.suite}_summary.csv'),
+  with open(os.path.join(FLAGS.outdir, f'{_prefix()}_summary.csv'),
             'w', newline='') as f:
     out = csv.writer(f)
     out.writerow(['setting', 'seed', 'agent', 'env_steps_to_target',
@@ -187,7 +244,7 @@ def main(argv):
         out.writerow([name, seed, agent, '' if reached is None else
                       int(reached), f'{final:.2f}', commit, FLAGS.env,
                       FLAGS.max_actor_steps])
-  with open(os.path.join(FLAGS.outdir, f'{FLAGS.suite}_curves.csv'), 'w',
+  with open(os.path.join(FLAGS.outdir, f'{_prefix()}_curves.csv'), 'w',
             newline='') as f:
     out = csv.writer(f)
     out.writerow(['setting', 'seed', 'agent', 'actor_steps',
