@@ -50,6 +50,9 @@ flags.DEFINE_enum('suite', 'laser',
                   'IMPALA vs LASER with recomputed vs stored LSTM states; '
                   'sharing: 4-agent sweeps, shared replay with and without '
                   'the trust region vs separate replays.')
+flags.DEFINE_string('from_csv', None,
+                    'Re-summarise and re-draw from a <prefix>_curves.csv '
+                    'written by an earlier invocation instead of running.')
 flags.DEFINE_list('sweep_learning_rates', ['1e-3', '2e-3'],
                   'sharing: the swept learning rates.')
 flags.DEFINE_list('sweep_entropy_costs', ['0.003', '0.01'],
@@ -57,7 +60,8 @@ flags.DEFINE_list('sweep_entropy_costs', ['0.003', '0.01'],
 flags.DEFINE_list('seeds', ['0', '1'], 'Seeds.')
 flags.DEFINE_integer('max_actor_steps', 300_000, 'Env steps per agent.')
 flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
-flags.DEFINE_float('target', 195., 'Target 20-episode average return.')
+flags.DEFINE_float('target', 195., 'Target mean return of training episodes '
+                  '(over the trailing tenth of the run).')
 flags.DEFINE_float('kl_threshold', 0.5, 'LASER trust-region threshold b.')
 # The README's table was measured with the cartpole config as it was before
 # its baseline and entropy costs were tuned for the IMPALA program (0.1,
@@ -136,7 +140,7 @@ def _settings():
 
 
 def _curves(logdir):
-  """{agent: sorted [(actor_steps, episode_return)]} from actor CSVs."""
+  """{agent: [(actor_steps, episode_return)]} from actor CSVs."""
   curves = {}
   for path in glob.glob(os.path.join(logdir, 'logs', '**', 'actor_*',
                                      'logs.csv'), recursive=True):
@@ -150,19 +154,61 @@ def _curves(logdir):
           continue
         if point[0] == point[0]:
           curves.setdefault(agent, []).append(point)
-  return {k: sorted(v) for k, v in curves.items()}
+  # By step only (a stable sort keeps each actor's order within a step).
+  return {k: sorted(v, key=lambda p: p[0]) for k, v in curves.items()}
+
+
+def _window(points) -> float:
+  """The summaries' window of environment steps: a tenth of the run."""
+  return max(1000., max(s for s, _ in points) / 10.)
 
 
 def _summary(points):
-  returns = np.array([r for _, r in points])
+  """(env steps to target, final return) of one agent's training episodes.
+
+  Actors log `actor_steps` from the shared counter, which moves in coarse
+  increments (1,000 steps here), so many episodes share one value and their
+  order within it is not kept by every reader: both numbers are means over
+  windows of environment steps, not over a count of episodes. Final: the
+  mean return of the episodes of the last tenth of the run. Steps to
+  target: the first logged step at which the mean over the trailing tenth
+  reaches the target (with at least 10 episodes in the window)."""
   steps = np.array([s for s, _ in points])
+  returns = np.array([r for _, r in points])
+  if not len(returns):
+    return None, float('nan')
+  window = _window(points)
   reached = None
-  for i in range(20, len(returns) + 1):
-    if returns[i - 20:i].mean() >= FLAGS.target:
-      reached = steps[i - 1]
+  for s in np.unique(steps):
+    inside = (steps > s - window) & (steps <= s)
+    if inside.sum() >= 10 and returns[inside].mean() >= FLAGS.target:
+      reached = s
       break
-  final = returns[-20:].mean() if len(returns) else float('nan')
+  final = returns[steps > steps.max() - window].mean()
   return reached, final
+
+
+def _smoothed(points):
+  """(steps, trailing-window mean return) at each logged step."""
+  steps = np.array([s for s, _ in points])
+  returns = np.array([r for _, r in points])
+  window = _window(points)
+  xs = np.unique(steps)
+  ys = [returns[(steps > x - window) & (steps <= x)].mean() for x in xs]
+  return xs, np.array(ys)
+
+
+def _read_curves_csv(path):
+  """{setting: [(seed, agent, points)]} from a `<prefix>_curves.csv`."""
+  results = {}
+  with open(path) as f:
+    for row in csv.DictReader(f):
+      runs = results.setdefault(row['setting'], {})
+      runs.setdefault((row['seed'], row['agent']), []).append(
+          (float(row['actor_steps']), float(row['episode_return'])))
+  return {name: [(seed, agent, sorted(points, key=lambda p: p[0]))
+                 for (seed, agent), points in runs.items()]
+          for name, runs in results.items()}
 
 
 def _prefix():
@@ -184,6 +230,16 @@ def main(argv):
         f'{FLAGS.max_actor_steps} env steps per agent, target '
         f'{FLAGS.target:g}, base flags {" ".join(FLAGS.base_flags) or "none"}',
         flush=True)
+  if FLAGS.from_csv:
+    results = _read_curves_csv(FLAGS.from_csv)
+    summary = FLAGS.from_csv.replace('_curves.csv', '_summary.csv')
+    if os.path.exists(summary):  # The commit the runs were made at.
+      with open(summary) as f:
+        commit = next(csv.DictReader(f))['commit']
+    print(f'(re-summarised from {FLAGS.from_csv}, runs made at commit '
+          f'{commit}; not re-run)')
+    _report(results, commit)
+    return
   results = {}
   for seed in FLAGS.seeds:
     for name, prog, args in _settings():
@@ -201,9 +257,16 @@ def main(argv):
         continue
       for agent, points in _curves(logdir).items():
         results.setdefault(name, []).append((seed, agent, points))
+  _report(results, commit)
+
+
+def _report(results, commit):
+  """Prints the tables, draws the PNGs and writes the CSVs."""
 
   print(f'\n{FLAGS.env}, {FLAGS.max_actor_steps} env steps per agent, '
-        f'target: 20-episode average >= {FLAGS.target:g} (training episodes)\n')
+        f'target: mean return over the trailing tenth of the run >= '
+        f'{FLAGS.target:g} (training episodes); final: mean return of the '
+        'last tenth\n')
   print('| setting | seed | agent | env steps to target | final avg return |')
   print('|---|---|---|---:|---:|')
   import matplotlib  # pylint: disable=g-import-not-at-top
@@ -216,15 +279,13 @@ def main(argv):
       print(f'| {name} | {seed} | {agent} | '
             f'{int(reached) if reached is not None else "not reached"} | '
             f'{final:.1f} |')
-      steps = np.array([s for s, _ in points])
-      returns = np.array([r for _, r in points])
-      if len(returns) >= 20:
-        smooth = np.convolve(returns, np.ones(20) / 20, mode='valid')
+      if points:
+        xs, ys = _smoothed(points)
         label = f'seed {seed}' + ('' if agent == '.' else f' {agent}')
-        ax.plot(steps[19:], smooth, label=label)
+        ax.plot(xs, ys, label=label)
     ax.set_title(name)
     ax.set_xlabel('environment steps')
-    ax.set_ylabel('episode return (20-ep. avg)')
+    ax.set_ylabel('episode return (mean over trailing tenth of run)')
     ax.legend(fontsize=7)
     fname = name.replace(' ', '_').replace('=', '').replace('+', 'plus')
     if FLAGS.suite != 'laser' or FLAGS.env != 'CartPole-v1':
@@ -256,7 +317,8 @@ def main(argv):
 
   # Across seeds: how many reached the target, the median steps of those
   # that did, and the final return's mean and spread.
-  print(f'\nAcross seeds ({len(FLAGS.seeds)}):\n')
+  num_seeds = len({seed for runs in results.values() for seed, _, _ in runs})
+  print(f'\nAcross seeds ({num_seeds}):\n')
   print('| setting | agent | seeds reaching target | median env steps to '
         'target (those reaching it) | final avg return, mean ± std |')
   print('|---|---|---:|---:|---:|')

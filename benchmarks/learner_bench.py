@@ -18,6 +18,11 @@ and prints a Markdown table of the first-step (trace + compile) time, the
 median step time, the samples per second (trajectories/s = batch_size x
 updates/s) and the ratio to Acme's learner.
 
+`--replay_states` measures instead what LASER's recomputed replay states
+cost against the stored ones (f = 0.875 on CartPole and MinAtar Breakout):
+the actor's write rate, the learner step with its Reverb data path and
+alone, and the memory the walk holds (see `_replay_child`).
+
 Why it is built this way:
 
   * Only the update is measured. Every learner trains on the SAME batch, held
@@ -42,8 +47,10 @@ Why it is built this way:
 
 import argparse
 import itertools
+import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -325,13 +332,145 @@ def _print_report(results, budget_s, total_s):
   print(f'\nTotal benchmark time: {total_s:.1f} s')
 
 
+# -- LASER's replayed LSTM states: what 'recompute' costs ('stored' as the
+# reference). --------------------------------------------------------------
+
+_REPLAY_ENVS = ('CartPole-v1', 'MinAtar/Breakout-v1')
+_REPLAY_FILL_STEPS = 20_000
+_REPLAY_TIMED_STEPS = 200
+
+
+def _rss_mb() -> float:
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith('VmRSS:'):
+        return int(line.split()[1]) / 1024.
+  return float('nan')
+
+
+def _replay_child(env_id: str, mode: str) -> dict:
+  """One (environment, replay_core_state) measurement in this process.
+
+  Our actor fills an in-process Reverb server's queue and replay through the
+  builder's adder (episode items and their second writer under
+  'recompute'); the learner then reads LASER batches (f = 0.875) through the
+  builder's iterator. Reported: the actor's fill rate, the learner's step
+  with its data (iterator included) and on one batch held in memory (the
+  update alone), and the process's resident memory before the iterator is
+  made and after the timed steps (the iterator's buffers, Reverb's sampler
+  holding the episodes being walked, and the learner).
+  """
+  config = _make_config(dict(
+      env_id=env_id, network='mlp_lstm', lstm_size=64,
+      replay_fraction=0.875, replay_capacity=100_000, min_replay_size=10,
+      max_queue_size=100_000, replay_core_state=mode, kl_threshold=0.5))
+  env = environments.make_environment(env_id, seed=_SEED)
+  spec = specs.make_environment_spec(env)
+  builder = builder_lib.IMPALABuilder(config, spec)
+  server = reverb.Server(builder.make_replay_tables(), port=None)
+  address = f'localhost:{server.port}'
+  client = reverb.Client(address)
+  adder = builder.make_adder(client)
+  actor = builder.make_actor(_make_network(config, spec), adder,
+                             seed=config.seed)
+  start = time.perf_counter()
+  acme.EnvironmentLoop(env, actor, should_update=False,
+                       logger=loggers.NoOpLogger()).run(
+                           num_steps=_REPLAY_FILL_STEPS)
+  adder.flush()
+  fill_s = time.perf_counter() - start
+  sizes = {n: t.current_size for n, t in client.server_info().items()}
+  rss_before = _rss_mb()
+  iterator = builder.make_dataset_iterator(address)
+  learner = builder.make_learner(_make_network(config, spec), iterator,
+                                 logger=loggers.NoOpLogger())
+  for _ in range(5):  # Compile and warm up.
+    learner.step()
+  start = time.perf_counter()
+  for _ in range(_REPLAY_TIMED_STEPS):
+    learner.step()
+  with_data_s = (time.perf_counter() - start) / _REPLAY_TIMED_STEPS
+  rss_after = _rss_mb()
+  batch = next(iterator)
+  learner._iterator = itertools.repeat(batch)  # pylint: disable=protected-access
+  learner.step()
+  start = time.perf_counter()
+  for _ in range(_REPLAY_TIMED_STEPS):
+    learner.step()
+  update_s = (time.perf_counter() - start) / _REPLAY_TIMED_STEPS
+  server.stop()
+  return dict(env=env_id, mode=mode, fill_steps_per_s=_REPLAY_FILL_STEPS /
+              fill_s, with_data_ms=with_data_s * 1e3,
+              update_ms=update_s * 1e3, rss_delta_mb=rss_after - rss_before,
+              replay_items=sizes.get(types.REPLAY_TABLE, 0))
+
+
+def _replay_states_report(repeats: int):
+  """Runs every (environment, mode) in its own process, alternating the
+  modes `repeats` times, and prints medians and the recompute/stored
+  ratios."""
+  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
+                          cwd=os.path.dirname(os.path.abspath(__file__)),
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  print(f'learner_bench.py --replay_states at commit {commit}: '
+        f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH}, '
+        f'replay_fraction=0.875 (28 replayed rows), kl_threshold=0.5, '
+        f'MLP(64,64)+LSTM(64); {_REPLAY_FILL_STEPS} actor steps into an '
+        f'in-process Reverb server, {_REPLAY_TIMED_STEPS} timed learner '
+        f'steps; each (environment, mode) in its own process, modes '
+        f'alternated {repeats} times, medians.\n', flush=True)
+  results = {}
+  for _ in range(repeats):
+    for env_id in _REPLAY_ENVS:
+      for mode in ('stored', 'recompute'):
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), '--replay_child',
+             env_id, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, timeout=1800)
+        if proc.returncode != 0:
+          raise SystemExit(f'{env_id} {mode} failed:\n{proc.stderr[-3000:]}')
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        results.setdefault((env_id, mode), []).append(row)
+  print('| environment | replayed states | actor fill (steps/s) | learner step '
+        'with data (ms) | update alone (ms) | RSS growth (MB) | replay items |')
+  print('|---|---|---:|---:|---:|---:|---:|')
+  med = lambda rows, k: statistics.median(r[k] for r in rows)
+  for env_id in _REPLAY_ENVS:
+    for mode in ('stored', 'recompute'):
+      rows = results[(env_id, mode)]
+      print(f'| {env_id} | {mode} | {med(rows, "fill_steps_per_s"):.0f} | '
+            f'{med(rows, "with_data_ms"):.1f} | {med(rows, "update_ms"):.1f} '
+            f'| {med(rows, "rss_delta_mb"):.0f} | '
+            f'{med(rows, "replay_items"):.0f} |')
+  print()
+  for env_id in _REPLAY_ENVS:
+    s_rows, r_rows = results[(env_id, 'stored')], results[(env_id, 'recompute')]
+    ratio = lambda k: med(r_rows, k) / med(s_rows, k)
+    print(f'{env_id}: recompute / stored: learner step with data '
+          f'{ratio("with_data_ms"):.2f}x, update alone '
+          f'{ratio("update_ms"):.2f}x, actor fill rate '
+          f'{ratio("fill_steps_per_s"):.2f}x.')
+
+
 def main():
+  if len(sys.argv) == 4 and sys.argv[1] == '--replay_child':
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    print(json.dumps(_replay_child(sys.argv[2], sys.argv[3])))
+    return
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--quick', action='store_true',
                       help='far fewer timed steps (a smoke run)')
+  parser.add_argument('--replay_states', action='store_true',
+                      help="only the cost of LASER's recomputed replay "
+                      "states ('recompute' vs 'stored')")
+  parser.add_argument('--repeats', type=int, default=2,
+                      help='--replay_states: alternations of the modes')
   args = parser.parse_args()
   absl_logging.set_verbosity(absl_logging.ERROR)
   tf.get_logger().setLevel('ERROR')
+  if args.replay_states:
+    _replay_states_report(1 if args.quick else args.repeats)
+    return
 
   start = time.perf_counter()
   budget_s = _QUICK_COMPILE_BUDGET_S if args.quick else _COMPILE_BUDGET_S
