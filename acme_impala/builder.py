@@ -79,10 +79,32 @@ class MixedBatches:
   def __iter__(self):
     return self
 
+  @classmethod
+  def _unavailable(cls, error: Exception) -> bool:
+    # TF 2.8 re-raises an UnavailableError of an eager op it does not count
+    # as communication (e.g. MakeIterator of a TimestepDataset while the
+    # server restarts) as InternalError, saying so in the message.
+    return isinstance(error, cls._UNAVAILABLE) or (
+        isinstance(error, tf.errors.InternalError) and
+        'originally returned UnavailableError' in str(error))
+
+  def _make(self, make):
+    """A dataset iterator, or StopIteration (after noting the outage) when
+    the server is away while it is built."""
+    try:
+      return make()
+    except Exception as error:  # pylint: disable=broad-except
+      if not self._unavailable(error):
+        raise
+      self._lost_server(error)
+      raise StopIteration from error
+
   def _next(self, iterator):
     try:
       sample = next(iterator)
-    except self._UNAVAILABLE as error:
+    except Exception as error:  # pylint: disable=broad-except
+      if not self._unavailable(error):
+        raise
       self._lost_server(error)
       raise StopIteration from error
     if isinstance(sample, reverb.ReplaySample):
@@ -110,7 +132,7 @@ class MixedBatches:
     """Reads queue rows until a full online part is held."""
     while self._num_rows < self._num_online:
       if self._online is None:
-        self._online = self._make_online()
+        self._online = self._make(self._make_online)
       try:
         part = self._next(self._online)
       except StopIteration:
@@ -139,7 +161,7 @@ class MixedBatches:
     self._fill_online()
     if self._num_replayed:
       if self._replay is None:
-        self._replay = self._make_replay()
+        self._replay = self._make(self._make_replay)
       try:
         replayed = self._next(self._replay)
       except StopIteration:
@@ -184,6 +206,11 @@ class EpisodeWalks:
 
   def __init__(self, server_address: str, table: str, num_rows: int,
                window_signature, timeout_ms: int, prefetch_size: int):
+    # TimestepDataset waits 30 s per row for an absent server and then
+    # samples unchecked; asking first turns an outage into a prompt
+    # DeadlineExceededError, which MixedBatches waits out with backoff.
+    reverb.Client(server_address).server_info(
+        timeout=max(1, timeout_ms // 1000))
     dtypes = tree.map_structure(lambda spec: spec.dtype, window_signature)
     shapes = tree.map_structure(lambda spec: spec.shape, window_signature)
     rows = tuple(

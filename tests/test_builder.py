@@ -3,12 +3,15 @@ say which rows are online, every online trajectory learned from exactly
 once, and replayed rows that walk whole episodes ('recompute'), from real
 Reverb tables."""
 
+import subprocess
+import sys
 import threading
 
 import acme
 from acme import specs
 import dm_env
 import numpy as np
+import portpicker
 import pytest
 import reverb
 import tensorflow as tf
@@ -250,3 +253,97 @@ def test_recompute_rows_walk_episodes_and_online_rows_stay_exact():
   assert len(set(online_rows)) == len(online_rows)
   assert len(walks) >= 8 and max(lengths) >= 3
   server.stop()
+
+
+_SERVER = """
+import sys
+from acme import specs
+import reverb
+from acme_impala import builder, config, environments
+cfg = config.IMPALAConfig(**eval(sys.argv[1]))
+env = environments.make_environment(cfg.env_id, seed=0)
+tables = builder.IMPALABuilder(
+    cfg, specs.make_environment_spec(env)).make_replay_tables()
+server = reverb.Server(tables, port=int(sys.argv[2]))
+print('serving', flush=True)
+server.wait()
+"""
+
+
+def test_recompute_rows_wait_out_a_replay_server_outage():
+  """A replay server that is away (not started yet, or killed and started
+  again) is an outage the replayed rows wait out, not a learner failure:
+  rebuilt while a killed server was away, the rows' TimestepDatasets failed
+  from MakeIterator with an InternalError ('Socket closed'). The server runs
+  in its own process, as in a program (in-process, Reverb samples the table
+  directly and never sees the server go), and the iterator reads in the
+  background as the learner's does, so that a read blocked on the killed
+  server cannot hang the test."""
+  settings = dict(
+      unroll_length=T, batch_size=4, lstm_size=8, replay_fraction=1.0,
+      replay_capacity=1000, min_replay_size=2, replay_core_state='recompute')
+  config = config_lib.IMPALAConfig(**settings)
+  env = environments.make_environment(config.env_id, seed=0)
+  builder = builder_lib.IMPALABuilder(config, specs.make_environment_spec(env))
+  port = portpicker.pick_unused_port()
+  address = f'localhost:{port}'
+  stop = threading.Event()
+  watchdog = threading.Timer(240, stop.set)
+  watchdog.start()
+  iterator = builder.make_dataset_iterator(address, timeout_ms=1000,
+                                           should_stop=stop.is_set)
+  server = None
+  try:
+    for attempt in range(2):  # Started late; then killed and started again.
+      server = subprocess.Popen(
+          [sys.executable, '-c', _SERVER, repr(settings), str(port)],
+          stdout=subprocess.PIPE, text=True)
+      assert server.stdout.readline().strip() == 'serving'
+      client = reverb.Client(address)
+      adder = builder.make_adder(client)
+      actor = builder.make_actor(builder.make_network(), adder, None,
+                                 seed=attempt)
+      acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=300)
+      adder.flush()
+      # Within a few batches every row walks an episode of this server
+      # (the key of its sample changes, so a walk starts).
+      restarted = np.zeros(4, bool)
+      for _ in range(20):
+        batch = next(iterator)  # StopIteration only from the watchdog.
+        assert batch.data.observation.observation.shape[:2] == (4, T + 1)
+        restarted |= batch.walk_start.numpy()
+        if restarted.all():
+          break
+      assert restarted.all(), restarted
+      server.kill()
+      server.wait(timeout=30)
+  finally:
+    stop.set()
+    watchdog.cancel()
+    if server is not None and server.poll() is None:
+      server.kill()
+      server.wait(timeout=30)
+
+
+def test_an_unavailable_server_reported_as_internal_error_is_an_outage():
+  """TF 2.8 re-raises UnavailableError from MakeIterator as InternalError
+  (the CI failure of the test above: a race with the server's death that no test can
+  time): MixedBatches must treat it as the outage it is, and any other
+  InternalError as the failure it is."""
+  def failing(message):
+    def make():
+      raise tf.errors.InternalError(None, None, message)
+    return make
+
+  replaced = ('Socket closed\nExecuting non-communication op <MakeIterator> '
+              'originally returned UnavailableError, and was replaced by '
+              'InternalError to avoid invoking TF network error handling '
+              'logic. [Op:MakeIterator]')
+  batches = builder_lib.MixedBatches(None, failing(replaced), 0, 4,
+                                     max_backoff_s=0.01, walks=True)
+  with pytest.raises(StopIteration):
+    next(batches)
+  batches = builder_lib.MixedBatches(None, failing('a real bug'), 0, 4,
+                                     walks=True)
+  with pytest.raises(tf.errors.InternalError, match='a real bug'):
+    next(batches)
