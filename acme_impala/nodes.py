@@ -251,12 +251,18 @@ class LearnerNode:
 
   def run(self):
     def loop():
+      first = True
       try:
         while not lp.wait_for_stop(0):
           try:
             self._learner.step()
           except StopIteration:
             break  # The program is stopping (builder.BackgroundIterator).
+          if first:
+            # benchmarks/startup.py times the launch to this line.
+            logging.info('learner: first step done (learner step %d).',
+                         self._learner.num_steps)
+            first = False
           self._checkpointer.save()
       finally:
         self._checkpointer.save(force=True)

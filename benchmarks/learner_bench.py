@@ -18,6 +18,12 @@ and prints a Markdown table of the first-step (trace + compile) time, the
 median step time, the samples per second (trajectories/s = batch_size x
 updates/s) and the ratio to Acme's learner.
 
+By default the table is made twice, each in its own process: with
+TensorFlow's oneDNN optimisations off (TF 2.8's default, so Acme as users run
+it) and on (acme_impala's default, set by `import acme_impala`), followed by
+every learner against Acme's in the same setting and in TF's defaults
+(`--onednn=process`: one table, this process's setting).
+
 `--replay_states` measures instead what LASER's recomputed replay states
 cost against the stored ones (f = 0.875 on CartPole and MinAtar Breakout):
 the actor's write rate, the learner step with its Reverb data path and
@@ -52,6 +58,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -452,6 +459,49 @@ def _replay_states_report(repeats: int):
           f'{ratio("fill_steps_per_s"):.2f}x.')
 
 
+_ONEDNN = 'TF_ENABLE_ONEDNN_OPTS'
+
+
+def _onednn_report(quick: bool):
+  """The table twice, each in its own process: oneDNN off, then on (the
+  variable is read when TensorFlow loads, so a process has one setting).
+  Then each learner's samples/s against Acme's in the same setting and
+  against Acme as users run it (TF defaults: oneDNN off)."""
+  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
+                          cwd=os.path.dirname(os.path.abspath(__file__)),
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  print(f'learner_bench.py at commit {commit}: {_ONEDNN}=0 (TF 2.8\'s '
+        f'default) and =1, one process each, one after the other.\n',
+        flush=True)
+  steps = {}
+  for value in ('0', '1'):
+    with tempfile.NamedTemporaryFile(suffix='.json') as out:
+      env = dict(os.environ, **{_ONEDNN: value})
+      cmd = [sys.executable, os.path.abspath(__file__), '--onednn=process',
+             f'--json_out={out.name}'] + (['--quick'] if quick else [])
+      print(f'## {_ONEDNN}={value}\n', flush=True)
+      proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, timeout=3600)
+      print(proc.stdout, flush=True)
+      if proc.returncode != 0:
+        raise SystemExit(f'{_ONEDNN}={value} failed:\n{proc.stderr[-3000:]}')
+      with open(out.name) as f:
+        steps[value] = json.load(f)
+  print(f'## Against Acme\n')
+  print('| network | learner | oneDNN | samples/s | vs Acme, same setting '
+        '| vs Acme, TF defaults |')
+  print('|---|---|---|---:|---:|---:|')
+  for label in steps['0']:
+    acme_default = steps['0'][label].get(_ACME)
+    for value in ('0', '1'):
+      acme_same = steps[value][label].get(_ACME)
+      for name, step_s in steps[value][label].items():
+        same = f'{acme_same / step_s:.2f}x' if acme_same else '-'
+        default = f'{acme_default / step_s:.2f}x' if acme_default else '-'
+        print(f'| {label} | {name} | {"on" if value == "1" else "off"} | '
+              f'{_BATCH_SIZE / step_s:.0f} | {same} | {default} |')
+
+
 def main():
   if len(sys.argv) == 4 and sys.argv[1] == '--replay_child':
     absl_logging.set_verbosity(absl_logging.ERROR)
@@ -465,11 +515,23 @@ def main():
                       "states ('recompute' vs 'stored')")
   parser.add_argument('--repeats', type=int, default=2,
                       help='--replay_states: alternations of the modes')
+  parser.add_argument('--onednn', choices=('both', 'process'),
+                      default='both',
+                      help="both: the whole table in two processes, with "
+                      "TensorFlow's oneDNN optimisations off (TF 2.8's "
+                      "default, as users run Acme) and on, then every "
+                      "learner against Acme's in both settings; process: "
+                      "one table in this process as its environment is")
+  parser.add_argument('--json_out', default=None,
+                      help='also write the step times as JSON here')
   args = parser.parse_args()
   absl_logging.set_verbosity(absl_logging.ERROR)
   tf.get_logger().setLevel('ERROR')
   if args.replay_states:
     _replay_states_report(1 if args.quick else args.repeats)
+    return
+  if args.onednn == 'both':
+    _onednn_report(args.quick)
     return
 
   start = time.perf_counter()
@@ -481,6 +543,9 @@ def main():
                                   budget_s, warm_up=(i == 0)))
   _print_report(results, budget_s, time.perf_counter() - start)
   sys.stdout.flush()
+  if args.json_out:
+    with open(args.json_out, 'w') as f:
+      json.dump({res['label']: res['step_s'] for res in results}, f)
   if any(t.is_alive() for res in results for t in res['abandoned']):
     # Do not wait for, or tear TF down under, an abandoned compilation.
     os._exit(0)  # pylint: disable=protected-access
