@@ -88,6 +88,15 @@ def run_seed(seed):
 
 def main(argv):
   del argv
+  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  budget = FLAGS.max_actor_steps or "the program's default"
+  onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1 (acme_impala default)')
+  print(f'cartpole_program.py at commit {commit}: programs/impala_lp.py with '
+        f'default flags {" ".join(FLAGS.program_flags)}; seeds '
+        f'{",".join(FLAGS.seeds)}, one after the other; budget {budget} env '
+        f'steps; target: evaluator avg20 >= {FLAGS.target:g}; '
+        f'TF_ENABLE_ONEDNN_OPTS={onednn}.', flush=True)
   results = [run_seed(int(s)) for s in FLAGS.seeds]
   print(f'\n| seed | env steps to evaluator avg20 >= {FLAGS.target:g} | '
         'wall time from launch | best avg20 | exit status |')
