@@ -88,11 +88,11 @@ class MixedBatches:
         isinstance(error, tf.errors.InternalError) and
         'originally returned UnavailableError' in str(error))
 
-  def _make(self, make):
-    """A dataset iterator, or StopIteration (after noting the outage) when
-    the server is away while it is built."""
+  def _through_outage(self, read):
+    """`read()` (building a dataset or reading it), or StopIteration after
+    noting the outage when the server is away meanwhile."""
     try:
-      return make()
+      return read()
     except Exception as error:  # pylint: disable=broad-except
       if not self._unavailable(error):
         raise
@@ -100,13 +100,7 @@ class MixedBatches:
       raise StopIteration from error
 
   def _next(self, iterator):
-    try:
-      sample = next(iterator)
-    except Exception as error:  # pylint: disable=broad-except
-      if not self._unavailable(error):
-        raise
-      self._lost_server(error)
-      raise StopIteration from error
+    sample = self._through_outage(lambda: next(iterator))
     if isinstance(sample, reverb.ReplaySample):
       return sample.data
     return sample
@@ -132,7 +126,7 @@ class MixedBatches:
     """Reads queue rows until a full online part is held."""
     while self._num_rows < self._num_online:
       if self._online is None:
-        self._online = self._make(self._make_online)
+        self._online = self._through_outage(self._make_online)
       try:
         part = self._next(self._online)
       except StopIteration:
@@ -161,7 +155,7 @@ class MixedBatches:
     self._fill_online()
     if self._num_replayed:
       if self._replay is None:
-        self._replay = self._make(self._make_replay)
+        self._replay = self._through_outage(self._make_replay)
       try:
         replayed = self._next(self._replay)
       except StopIteration:

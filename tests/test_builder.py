@@ -327,9 +327,9 @@ def test_recompute_rows_wait_out_a_replay_server_outage():
 
 def test_an_unavailable_server_reported_as_internal_error_is_an_outage():
   """TF 2.8 re-raises UnavailableError from MakeIterator as InternalError
-  (the CI failure of the test above: a race with the server's death that no test can
-  time): MixedBatches must treat it as the outage it is, and any other
-  InternalError as the failure it is."""
+  (the CI failure behind the test above: a race with the server's death
+  that no test can time): MixedBatches must treat it as the outage it is,
+  and any other InternalError as the failure it is."""
   def failing(message):
     def make():
       raise tf.errors.InternalError(None, None, message)
