@@ -24,6 +24,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
+import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_list('seeds', ['0'], 'Seeds (one program run each).')
 flags.DEFINE_float('target', 450., 'Target 20-episode evaluator average.')
@@ -88,8 +89,7 @@ def run_seed(seed):
 
 def main(argv):
   del argv
-  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
-                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  commit = provenance.git_commit()
   budget = FLAGS.max_actor_steps or "the program's default"
   onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1 (acme_impala default)')
   print(f'cartpole_program.py at commit {commit}: programs/impala_lp.py with '

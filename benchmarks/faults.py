@@ -38,6 +38,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 import psutil
+import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_integer('max_actor_steps', 2_400_000,
                      'Budget of each run (about 20 min on 2 cores).')
@@ -196,8 +197,7 @@ def memory_rows(result):
 
 def main(argv):
   del argv
-  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
-                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  commit = provenance.git_commit()
   print(f'faults.py at commit {commit}: max_actor_steps='
         f'{FLAGS.max_actor_steps} seed={FLAGS.seed} actor kill every '
         f'{FLAGS.actor_kill_every_s:.0f} s, learner kill at '

@@ -42,6 +42,7 @@ sys.path.insert(0, _ROOT)
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
+import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_enum('suite', 'laser',
                   ['laser', 'table2', 'replay_states', 'sharing'],
@@ -223,8 +224,7 @@ def _prefix():
 def main(argv):
   del argv
   os.makedirs(FLAGS.outdir, exist_ok=True)
-  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
-                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  commit = provenance.git_commit()
   print(f'laser_efficiency.py --suite={FLAGS.suite} at commit {commit}: '
         f'env {FLAGS.env}, seeds {",".join(FLAGS.seeds)}, '
         f'{FLAGS.max_actor_steps} env steps per agent, target '

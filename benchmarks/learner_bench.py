@@ -83,6 +83,7 @@ from acme_impala import environments
 from acme_impala import learning
 from acme_impala import networks
 from acme_impala import types
+import provenance  # pylint: disable=g-import-not-at-top
 # pylint: enable=g-import-not-at-top
 
 _BATCH_SIZE = 32
@@ -416,9 +417,7 @@ def _replay_states_report(repeats: int):
   """Runs every (environment, mode) in its own process, alternating the
   modes `repeats` times, and prints medians and the recompute/stored
   ratios."""
-  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                          cwd=os.path.dirname(os.path.abspath(__file__)),
-                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  commit = provenance.git_commit()
   print(f'learner_bench.py --replay_states at commit {commit}: '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH}, '
         f'replay_fraction=0.875 (28 replayed rows), kl_threshold=0.5, '
@@ -467,9 +466,7 @@ def _onednn_report(quick: bool):
   variable is read when TensorFlow loads, so a process has one setting).
   Then each learner's samples/s against Acme's in the same setting and
   against Acme as users run it (TF defaults: oneDNN off)."""
-  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                          cwd=os.path.dirname(os.path.abspath(__file__)),
-                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  commit = provenance.git_commit()
   print(f'learner_bench.py at commit {commit}: {_ONEDNN}=0 (TF 2.8\'s '
         f'default) and =1, one process each, one after the other.\n',
         flush=True)
@@ -487,7 +484,7 @@ def _onednn_report(quick: bool):
         raise SystemExit(f'{_ONEDNN}={value} failed:\n{proc.stderr[-3000:]}')
       with open(out.name) as f:
         steps[value] = json.load(f)
-  print(f'## Against Acme\n')
+  print('## Against Acme\n')
   print('| network | learner | oneDNN | samples/s | vs Acme, same setting '
         '| vs Acme, TF defaults |')
   print('|---|---|---|---:|---:|---:|')

@@ -19,7 +19,6 @@ lower bound of what a server with its own cores takes.
 
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import time
 
@@ -27,6 +26,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from absl import app
 from absl import flags
+import provenance  # pylint: disable=g-import-not-at-top
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
@@ -155,8 +155,7 @@ def _cell(serve, work, config_name, n, seconds):
 
 def main(argv):
   del argv
-  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
-                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  commit = provenance.git_commit()
   print(f'reverb_capacity.py at commit {commit}: {FLAGS.seconds:.0f} s per '
         f'cell, processes {",".join(FLAGS.writers)}, {os.cpu_count()} CPUs '
         '(server and workers share them)\n')

@@ -31,6 +31,7 @@ sys.path.insert(0, _ROOT)
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
+import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_integer('repeats', 3, 'Program launches (medians reported).')
 flags.DEFINE_integer('max_actor_steps', 20_000, 'Budget of each launch.')
@@ -41,11 +42,6 @@ FLAGS = flags.FLAGS
 _NODE_LINE = re.compile(r'^\[([\w/]+)\] ')
 _EVENTS = (('learner constructed', 'learner: starting at learner step'),
            ('first learner step', 'learner: first step done'))
-
-
-def _commit() -> str:
-  return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
-                        stdout=subprocess.PIPE, text=True).stdout.strip()
 
 
 def _launch() -> dict:
@@ -84,7 +80,7 @@ def _launch() -> dict:
 
 def main(argv):
   del argv
-  print(f'startup.py at commit {_commit()}: programs/impala_lp.py '
+  print(f'startup.py at commit {provenance.git_commit()}: programs/impala_lp.py '
         f'--lp_launch_type=local_mp --max_actor_steps={FLAGS.max_actor_steps} '
         f'{" ".join(FLAGS.program_flags)}; {FLAGS.repeats} launches, one after '
         f'the other; {os.cpu_count()} CPU(s).\n', flush=True)

@@ -61,8 +61,10 @@ def _imported_targets(path):
       if parts[0] == 'acme_impala' and len(parts) > 1:
         found.add(parts[1])  # A package (configs, k8s) is one target.
       elif len(parts) == 1 and os.path.exists(
-          os.path.join(ROOT, 'tests', name + '.py')) and name != 'conftest':
-        found.add(name)  # A test helper module beside the tests.
+          os.path.join(ROOT, os.path.dirname(path), name + '.py')
+      ) and name != 'conftest':
+        found.add(name)  # A helper module beside its importer (tests/,
+        # benchmarks/).
   return found
 
 
