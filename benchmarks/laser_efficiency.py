@@ -164,6 +164,18 @@ def _window(points) -> float:
   return max(1000., max(s for s, _ in points) / 10.)
 
 
+def _trailing(points):
+  """(steps, mean return, episode count) over the trailing window at each
+  logged step, in step order."""
+  steps = np.array([s for s, _ in points])
+  returns = np.array([r for _, r in points])
+  window = _window(points)
+  xs = np.unique(steps)
+  inside = [(steps > x - window) & (steps <= x) for x in xs]
+  return (xs, np.array([returns[m].mean() for m in inside]),
+          np.array([m.sum() for m in inside]))
+
+
 def _summary(points):
   """(env steps to target, final return) of one agent's training episodes.
 
@@ -174,29 +186,12 @@ def _summary(points):
   mean return of the episodes of the last tenth of the run. Steps to
   target: the first logged step at which the mean over the trailing tenth
   reaches the target (with at least 10 episodes in the window)."""
-  steps = np.array([s for s, _ in points])
-  returns = np.array([r for _, r in points])
-  if not len(returns):
+  if not points:
     return None, float('nan')
-  window = _window(points)
-  reached = None
-  for s in np.unique(steps):
-    inside = (steps > s - window) & (steps <= s)
-    if inside.sum() >= 10 and returns[inside].mean() >= FLAGS.target:
-      reached = s
-      break
-  final = returns[steps > steps.max() - window].mean()
-  return reached, final
-
-
-def _smoothed(points):
-  """(steps, trailing-window mean return) at each logged step."""
-  steps = np.array([s for s, _ in points])
-  returns = np.array([r for _, r in points])
-  window = _window(points)
-  xs = np.unique(steps)
-  ys = [returns[(steps > x - window) & (steps <= x)].mean() for x in xs]
-  return xs, np.array(ys)
+  xs, means, counts = _trailing(points)
+  hits = np.flatnonzero((counts >= 10) & (means >= FLAGS.target))
+  reached = xs[hits[0]] if len(hits) else None
+  return reached, means[-1]
 
 
 def _read_curves_csv(path):
@@ -280,7 +275,7 @@ def _report(results, commit):
             f'{int(reached) if reached is not None else "not reached"} | '
             f'{final:.1f} |')
       if points:
-        xs, ys = _smoothed(points)
+        xs, ys, _ = _trailing(points)
         label = f'seed {seed}' + ('' if agent == '.' else f' {agent}')
         ax.plot(xs, ys, label=label)
     ax.set_title(name)
