@@ -3,6 +3,7 @@ say which rows are online, every online trajectory learned from exactly
 once, and replayed rows that walk whole episodes ('recompute'), from real
 Reverb tables."""
 
+import json
 import subprocess
 import sys
 import threading
@@ -256,11 +257,12 @@ def test_recompute_rows_walk_episodes_and_online_rows_stay_exact():
 
 
 _SERVER = """
+import json
 import sys
 from acme import specs
 import reverb
 from acme_impala import builder, config, environments
-cfg = config.IMPALAConfig(**eval(sys.argv[1]))
+cfg = config.IMPALAConfig(**json.loads(sys.argv[1]))
 env = environments.make_environment(cfg.env_id, seed=0)
 tables = builder.IMPALABuilder(
     cfg, specs.make_environment_spec(env)).make_replay_tables()
@@ -296,7 +298,7 @@ def test_recompute_rows_wait_out_a_replay_server_outage():
   try:
     for attempt in range(2):  # Started late; then killed and started again.
       server = subprocess.Popen(
-          [sys.executable, '-c', _SERVER, repr(settings), str(port)],
+          [sys.executable, '-c', _SERVER, json.dumps(settings), str(port)],
           stdout=subprocess.PIPE, text=True)
       assert server.stdout.readline().strip() == 'serving'
       client = reverb.Client(address)
