@@ -109,6 +109,14 @@ class IMPALA(acme.Actor):
       if not self._builder.uses_queue:
         self._new_steps -= cfg.num_replayed * cfg.unroll_length
 
+  def flush(self, timeout_ms: Optional[int] = None):
+    """Waits until the server has confirmed every item written so far.
+
+    The adder keeps a few items in flight per stream (max_in_flight_items),
+    so table sizes read right after acting may lag the episodes played.
+    """
+    self._adder.flush(timeout_ms=timeout_ms)
+
   def close(self):
     # Close the writer first: once the server is gone, a writer's flush on
     # deletion would wait out its timeout.
