@@ -140,7 +140,7 @@ class IMPALAActor(core.Actor):
     self._agent_id = agent_id
     self._rng = np.random.default_rng(seed)
     # One graph call per step: the per-call floor of TF dominates otherwise.
-    self._policy = tf.function(network.__call__)
+    self._policy = tf.function(network.__call__, autograph=False)
     self._state = None
     self._prev_state = None
     self._prev_logits = None
@@ -237,7 +237,7 @@ class BatchedIMPALAActor:
     self._policy_version = policy_version
     self._agent_ids = np.full(num_envs, agent_id, np.int32)
     self._rng = np.random.default_rng(seed)
-    self._policy = tf.function(network.__call__)
+    self._policy = tf.function(network.__call__, autograph=False)
     self._zero_state = tf2_utils.to_numpy(network.initial_state(num_envs))
     self._state = tree.map_structure(np.copy, self._zero_state)
     self._extras = None

@@ -213,8 +213,11 @@ class EpisodeWalks:
             shapes=shapes, max_in_flight_samples_per_worker=2,
             num_workers_per_iterator=1, rate_limiter_timeout_ms=timeout_ms)
         for _ in range(num_rows))
-    dataset = tf.data.Dataset.zip(rows).map(
+    # Not converted by AutoGraph (no Python control flow on tensors): its
+    # conversion of dm-tree's code costs about a second at start-up.
+    stack = tf.autograph.experimental.do_not_convert(
         lambda *samples: tree.map_structure(lambda *x: tf.stack(x), *samples))
+    dataset = tf.data.Dataset.zip(rows).map(stack)
     if prefetch_size:
       dataset = dataset.prefetch(prefetch_size)
     self._iterator = iter(dataset)

@@ -258,11 +258,16 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
       # its compiled function is called, never differentiated through; the
       # optimiser update runs outside the tape.
       loss_fn = functools.partial(loss_fn, vtrace_fn=tf.function(
-          vtrace.vtrace_from_importance_weights, jit_compile=True))
-      apply_fn = tf.function(apply_fn, jit_compile=True)
+          vtrace.vtrace_from_importance_weights, jit_compile=True,
+          autograph=False))
+      apply_fn = tf.function(apply_fn, jit_compile=True, autograph=False)
     self._loss_fn = loss_fn
     self._apply_fn = apply_fn
-    self._step_fn = tf.function(self._step, jit_compile=(mode == 'full'))
+    # AutoGraph off: the step has no Python control flow on tensors, and
+    # converting it (Sonnet's and Acme's code with it) took ~6 of the ~7 s of
+    # the first step, the longest wait of a program's start-up.
+    self._step_fn = tf.function(self._step, jit_compile=(mode == 'full'),
+                                autograph=False)
 
     # LASER's recomputed states: the LSTM state each replayed row carries
     # into its next trajectory, as this network computed it on the row's
