@@ -18,15 +18,18 @@ from acme_impala import supervisor
 def launch_and_wait(program, logdir: str,
                     launch_type: str = 'local_mp',
                     restarts: str = '',
-                    termination_notice_s: float = 30.) -> int:
+                    termination_notice_s: float = 30.,
+                    start_method: str = 'fork') -> int:
   """Launches `program`, waits for every node, returns the exit status.
 
   0 when the program stopped normally (step budget, Ctrl-C, SIGTERM) and
   every lost node process was restarted; 1 with the failing node's message
   when a node failed or a group exceeded its restart limit. Messages start
   with the program's own name. `local_mp` runs under `supervisor.Supervisor`
-  (restarts per `restarts`, see `supervisor.parse_restart_policies`); the
-  thread-based launch types (`local_mt`, `test_mt`) have no processes to
+  (restarts per `restarts`, see `supervisor.parse_restart_policies`; node
+  processes forked from this one or Launchpad's exec'd commands per
+  `start_method`, see `supervisor.START_METHODS`); the thread-based launch
+  types (`local_mt`, `test_mt`) have no processes to
   restart and use Launchpad's launcher.
   """
   name = program.name
@@ -35,7 +38,8 @@ def launch_and_wait(program, logdir: str,
     policies = supervisor.parse_restart_policies(restarts)
     return supervisor.Supervisor(
         program, status_dir, policies,
-        termination_notice_s=termination_notice_s).run()
+        termination_notice_s=termination_notice_s,
+        start_method=start_method).run()
   manager = lp.launch(program, launch_type=launch_type)
   crashed = None
   try:
@@ -73,6 +77,11 @@ def run_program(name: str, main) -> None:
       f'{", ".join(supervisor.ROLES)}. E.g. --restarts=actor=5/600,learner=0.'
       ' A node process that dies without a program stop is restarted until '
       'its limit is exceeded; then the program stops with status 1.')
+  flags.DEFINE_enum(
+      'node_start', 'fork', supervisor.START_METHODS,
+      'How local_mp starts each node process: fork this launcher, which has '
+      'imported everything already (start-up in seconds), or exec '
+      "Launchpad's process_entry.py command (a new interpreter per node).")
   flags.FLAGS.set_default('lp_launch_type', 'local_mp')
   # A stop can arrive while the learner compiles its first step (10-20 s on
   # 2 busy cores), which cannot be interrupted; Launchpad's default notice

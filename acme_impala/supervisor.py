@@ -5,9 +5,19 @@ whose exit status is lost: a node process killed with SIGKILL (out of memory,
 preemption) goes unnoticed, the rest runs on without it or blocks. This
 launcher prepares the program exactly as `lp.launch(..., 'local_mp')` does,
 with Launchpad's own pieces (each node's launch context and program stopper,
-its input handles, the addresses it binds, and the `process_entry.py`
-command of each node), and then runs those commands itself, one child
-process per node, so that it can:
+its input handles, the addresses it binds), and runs one child process per
+node itself. A child is started one of two ways (`start_method`):
+
+  - 'fork' (the default): this process, which has imported TensorFlow and
+    built the program but run no TensorFlow op and opened no gRPC channel,
+    forks, and the child runs its node with `running.run_node`, the same
+    call a Kubernetes pod makes. Each node process then skips importing
+    TensorFlow, Acme and Sonnet again (~4 s of CPU each, seven times over
+    on 2 cores at start-up: benchmarks/startup.py measures the difference);
+  - 'exec': Launchpad's own `process_entry.py` command of the node (a new
+    interpreter that imports everything and unpickles its node).
+
+Either way this launcher can:
 
   - notice within a second any node process that exits without a program
     stop, and log which node, how (exit status or signal) and when;
@@ -32,7 +42,9 @@ stops the program (a Python exception is a bug or a bad setting, which a
 restart would repeat). Restarts are for processes that disappear.
 """
 
+import ctypes
 import dataclasses
+import io
 import json
 import os
 import re
@@ -44,10 +56,12 @@ import threading
 import time
 from typing import Dict, List, Mapping, Optional
 
+from absl import flags
 from absl import logging
 import launchpad as lp
 import psutil
 from launchpad import context as lp_context
+from launchpad.launch import worker_manager
 from launchpad.program_stopper import program_stopper
 
 from acme_impala import lifecycle
@@ -58,6 +72,8 @@ from acme_impala import types
 ROLES = types.ROLES
 role_of = types.role_of
 NODES_FILE = 'nodes.json'
+START_METHODS = ('fork', 'exec')
+_PR_SET_PDEATHSIG = 1  # From <linux/prctl.h>.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,24 +135,112 @@ def _kill_tree(pid: int) -> None:
       pass
 
 
+class _ForkedProcess:
+  """The part of `subprocess.Popen` the supervisor uses, for a forked child:
+  pid, stdout (its output), poll, wait, returncode, send_signal."""
+
+  def __init__(self, pid: int, stdout):
+    self.pid = pid
+    self.stdout = stdout
+    self.returncode: Optional[int] = None
+
+  def _reap(self, flags_: int) -> Optional[int]:
+    if self.returncode is None:
+      try:
+        pid, status = os.waitpid(self.pid, flags_)
+      except ChildProcessError:
+        return self.returncode
+      if pid == self.pid:
+        # Popen's convention: -N when killed by signal N.
+        self.returncode = os.waitstatus_to_exitcode(status)
+    return self.returncode
+
+  def poll(self) -> Optional[int]:
+    return self._reap(os.WNOHANG)
+
+  def wait(self, timeout: Optional[float] = None) -> int:
+    if timeout is None:
+      return self._reap(0)
+    deadline = time.time() + timeout
+    while self.poll() is None:
+      if time.time() > deadline:
+        raise subprocess.TimeoutExpired(str(self.pid), timeout)
+      time.sleep(0.05)
+    return self.returncode
+
+  def send_signal(self, sig: int) -> None:
+    if self.poll() is None:
+      os.kill(self.pid, sig)
+
+
+def _run_forked_node(program: lp.Program, group: str, index: int,
+                     env: Mapping[str, str], notice_s: float,
+                     output_fd: int, parent_pid: int) -> None:
+  """The forked child: becomes node `index` of `group`; never returns."""
+  code = 1
+  try:
+    # SIGTERM when the supervisor dies, however it dies.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:
+      os._exit(1)  # The supervisor died before the prctl.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    os.close(output_fd)
+    os.close(devnull)
+    # New stream objects: a supervisor thread may have held the old ones'
+    # locks at the fork. Log records go to the new stderr.
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, 'w', closefd=False),
+                                  line_buffering=True, errors='replace')
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, 'w', closefd=False),
+                                  line_buffering=True, errors='replace')
+    logging.get_absl_handler().python_handler.stream = sys.stderr
+    # The supervisor's handlers must not run here; Launchpad's worker
+    # manager (run_node) installs the node's, as in a new interpreter.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+      signal.signal(sig, signal.SIG_DFL)
+    worker_manager._SIGNAL_HANDLERS = None  # pylint: disable=protected-access
+    worker_manager._HAS_MAIN_MANAGER = False  # pylint: disable=protected-access
+    flags.FLAGS.lp_termination_notice_secs = int(notice_s)
+    os.environ.update(env)
+    running.run_node(program, group, index)
+    code = 0
+  except SystemExit as error:
+    code = error.code if isinstance(error.code, int) else 1
+  except BaseException:  # pylint: disable=broad-except
+    import traceback  # pylint: disable=g-import-not-at-top
+    traceback.print_exc()
+  finally:
+    try:
+      sys.stdout.flush()
+      sys.stderr.flush()
+    finally:
+      os._exit(code)  # No atexit handlers or finalisers of the parent's.
+
+
 class _Child:
-  """One node: its Launchpad command, its current process, its restarts."""
+  """One node: how to start it, its current process, its restarts."""
 
   def __init__(self, group: str, index: int, command, policy: RestartPolicy,
                notice_s: float):
     self.group = group
     self.index = index
     self.title = f'{group}/{index}'
-    # A crash must end the process with its status, not in a debugger; and
-    # the node's own worker manager gives it the same notice as we do.
-    self.command = [a for a in command.command_as_list
-                    if a != '--pdb_post_mortem'] + [
-                        f'--lp_termination_notice_secs={int(notice_s)}']
-    setpriv = shutil.which('setpriv')
-    if setpriv:
-      # setpriv execs the node in place (same pid): SIGTERM when we die.
-      self.command = [setpriv, '--pdeathsig', 'TERM', '--'] + self.command
-    self.env = dict(command.env_overrides)
+    self.command = None
+    self.env = {}
+    if command is not None:
+      # A crash must end the process with its status, not in a debugger;
+      # and the node's own worker manager gives it the same notice as we do.
+      self.command = [a for a in command.command_as_list
+                      if a != '--pdb_post_mortem'] + [
+                          f'--lp_termination_notice_secs={int(notice_s)}']
+      setpriv = shutil.which('setpriv')
+      if setpriv:
+        # setpriv execs the node in place (same pid): SIGTERM when we die.
+        self.command = [setpriv, '--pdeathsig', 'TERM', '--'] + self.command
+      self.env = dict(command.env_overrides)
     self.policy = policy
     self.process: Optional[subprocess.Popen] = None
     self.restarts: List[float] = []  # Times of restarts.
@@ -153,8 +257,13 @@ class Supervisor:
   def __init__(self, program: lp.Program, status_dir: str,
                policies: Optional[Mapping[str, RestartPolicy]] = None,
                termination_notice_s: float = 30.,
-               output=None):
+               output=None, start_method: str = 'fork'):
+    if start_method not in START_METHODS:
+      raise ValueError(f'start_method={start_method!r} is invalid: expected '
+                       f'one of {START_METHODS}.')
     self._name = program.name
+    self._program = program
+    self._start_method = start_method
     self._status_dir = status_dir
     self._policies = dict(DEFAULT_POLICIES, **(policies or {}))
     self._notice_s = termination_notice_s
@@ -177,8 +286,11 @@ class Supervisor:
       node.bind_addresses()
     children = []
     for group, nodes in program.groups.items():
-      commands = nodes[0].to_executables(nodes, group,
-                                         nodes[0].launch_context)
+      if self._start_method == 'exec':
+        commands = nodes[0].to_executables(nodes, group,
+                                           nodes[0].launch_context)
+      else:
+        commands = [None] * len(nodes)
       policy = self._policies.get(role_of(group), RestartPolicy())
       for index, command in enumerate(commands):
         children.append(_Child(group, index, command, policy,
@@ -211,15 +323,41 @@ class Supervisor:
       json.dump(nodes, f, indent=1, sort_keys=True)
     os.replace(tmp, os.path.join(self._status_dir, NODES_FILE))
 
+  def _fork(self, child: _Child, env: Mapping[str, str]) -> _ForkedProcess:
+    read_fd, write_fd = os.pipe()
+    # The other children's output pipes must not stay open in this one.
+    inherited = []
+    for other in self._children:
+      try:
+        inherited.append(other.process.stdout.fileno())
+      except (AttributeError, ValueError):
+        pass  # Not started yet, or its output already closed.
+    parent_pid = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+      os.close(read_fd)
+      for fd in inherited:
+        try:
+          os.close(fd)
+        except OSError:
+          pass
+      _run_forked_node(self._program, child.group, child.index, env,
+                       self._notice_s, write_fd, parent_pid)
+    os.close(write_fd)
+    return _ForkedProcess(pid, io.TextIOWrapper(
+        io.FileIO(read_fd, 'r'), errors='replace'))
+
   def _start(self, child: _Child) -> None:
-    env = dict(os.environ)
-    env.update(child.env)
+    env = dict(child.env)
     env[lifecycle.RESTART_COUNT_ENV] = str(len(child.restarts))
     env[lifecycle.NODE_TITLE_ENV] = child.title
-    child.process = subprocess.Popen(
-        child.command, env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors='replace')
+    if self._start_method == 'fork':
+      child.process = self._fork(child, env)
+    else:
+      child.process = subprocess.Popen(
+          child.command, env=dict(os.environ, **env),
+          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+          stderr=subprocess.STDOUT, text=True, errors='replace')
     threading.Thread(target=self._forward, args=(child, child.process.stdout),
                      daemon=True, name=f'output-{child.title}').start()
 

@@ -73,7 +73,8 @@ def main(argv, overrides):
                                 launch_type=FLAGS.lp_launch_type,
                                 restarts=FLAGS.restarts,
                                 termination_notice_s=(
-                                    FLAGS.lp_termination_notice_secs))
+                                    FLAGS.lp_termination_notice_secs),
+                                start_method=FLAGS.node_start)
 
 
 if __name__ == '__main__':

@@ -68,6 +68,43 @@ def test_bad_restart_flag_fails_before_any_process(tmp_path):
   assert not os.path.exists(logdir)
 
 
+def test_bad_node_start_fails_before_any_process(tmp_path):
+  logdir = str(tmp_path / 'bad')
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'programs', 'impala_lp.py'),
+       f'--logdir={logdir}', '--node_start=spawn'], cwd=ROOT,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      timeout=120)
+  assert proc.returncode != 0
+  assert '--node_start=spawn' in proc.stdout and 'fork|exec' in proc.stdout
+  assert not os.path.exists(logdir)
+
+
+def test_forked_nodes_die_with_a_killed_launcher(tmp_path):
+  """SIGKILL to the launcher (no chance to clean up): every node process
+  gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and is gone."""
+  run = Run(tmp_path, ['--num_actors=1', '--max_actor_steps=10000000'])
+  try:
+    run.wait(lambda: run.rows('actor_0'), 'the actor to act')
+    pids = [node['pid'] for node in run.nodes().values()]
+    assert len(pids) == 5, run.nodes()  # replay, counter, learner, actor, coordinator.
+    for pid in pids:  # Forked: children of the launcher, not new programs.
+      process = psutil.Process(pid)
+      assert process.ppid() == run.proc.pid
+      assert 'process_entry' not in ' '.join(process.cmdline())
+    os.kill(run.proc.pid, signal.SIGKILL)
+    run.proc.wait()
+    deadline = time.time() + 60
+    while time.time() < deadline and any(psutil.pid_exists(p) and (
+        psutil.Process(p).status() != psutil.STATUS_ZOMBIE) for p in pids):
+      time.sleep(0.5)
+    assert run.leftovers() == []
+  finally:
+    run._out.close()  # pylint: disable=protected-access
+    if run.proc.poll() is None:
+      os.killpg(run.proc.pid, signal.SIGKILL)
+
+
 # --- real runs ----------------------------------------------------------------
 
 class Run:
@@ -170,6 +207,10 @@ def faulted(tmp_path_factory):
             run.rows('actor_1')), 'actor_1 CSV to grow again')
     seen['actor_rows_before'] = actor_rows
     # The learner: back from its latest checkpoint (written every 3 s).
+    # Killed after 8 s more of learning, so that the checkpoint it comes
+    # back from is a small part of its run (forked nodes start in seconds:
+    # without the wait the only checkpoint could still be step 1's).
+    time.sleep(8)
     step_before = run.learner_step()
     pid = run.kill('learner/0')
     seen['learner_step_at_kill'] = step_before
@@ -248,9 +289,11 @@ def test_faulted_run_ends_cleanly_with_a_restart_summary(faulted):
   assert faulted['leftovers'] == []
 
 
-def test_node_killed_past_its_limit_stops_the_program(tmp_path):
+@pytest.mark.parametrize('start_method', supervisor.START_METHODS)
+def test_node_killed_past_its_limit_stops_the_program(tmp_path, start_method):
   run = Run(tmp_path, ['--num_actors=1', '--max_actor_steps=10000000',
-                       '--restarts=actor=1/600'])
+                       '--restarts=actor=1/600',
+                       f'--node_start={start_method}'])
   try:
     run.wait(lambda: run.rows('actor_0'), 'the actor to act')
     pid = run.kill('actor/0')
