@@ -61,7 +61,6 @@ from absl import logging
 import launchpad as lp
 import psutil
 from launchpad import context as lp_context
-from launchpad.launch import worker_manager
 from launchpad.program_stopper import program_stopper
 
 from acme_impala import lifecycle
@@ -197,12 +196,13 @@ def _run_forked_node(program: lp.Program, group: str, index: int,
     sys.stderr = io.TextIOWrapper(io.FileIO(2, 'w', closefd=False),
                                   line_buffering=True, errors='replace')
     logging.get_absl_handler().python_handler.stream = sys.stderr
-    # The supervisor's handlers must not run here; Launchpad's worker
-    # manager (run_node) installs the node's, as in a new interpreter.
+    # The supervisor's handlers must not run here (Launchpad's dispatcher
+    # would keep a callable previous handler); the worker manager that
+    # run_node makes installs the node's, as in a new interpreter. This
+    # launcher never makes a Launchpad worker manager or stop handler, so
+    # Launchpad's signal state is as fresh as in a new interpreter.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
       signal.signal(sig, signal.SIG_DFL)
-    worker_manager._SIGNAL_HANDLERS = None  # pylint: disable=protected-access
-    worker_manager._HAS_MAIN_MANAGER = False  # pylint: disable=protected-access
     flags.FLAGS.lp_termination_notice_secs = int(notice_s)
     os.environ.update(env)
     running.run_node(program, group, index)
