@@ -93,11 +93,15 @@ def our_command(logdir: str):
           '--max_actor_steps=100000000'] + list(FLAGS.program_flags)
 
 
-def _stop(proc: subprocess.Popen) -> object:
-  """SIGINT (Ctrl-C) to the run's main process; SIGKILL to its process
-  group after 90 s."""
+def _stop(proc: subprocess.Popen, group: bool) -> object:
+  """SIGINT (Ctrl-C) to the run's main process, or to its process group as
+  a terminal's Ctrl-C does (Sample Factory's main process alone does not
+  stop its workers); SIGKILL to the group after 90 s."""
   try:
-    proc.send_signal(signal.SIGINT)
+    if group:
+      os.killpg(proc.pid, signal.SIGINT)
+    else:
+      proc.send_signal(signal.SIGINT)
     return proc.wait(timeout=90)
   except subprocess.TimeoutExpired:
     os.killpg(proc.pid, signal.SIGKILL)
@@ -107,7 +111,7 @@ def _stop(proc: subprocess.Popen) -> object:
     return proc.wait()
 
 
-def _run(cmd, poll) -> dict:
+def _run(cmd, poll, stop_group: bool = False) -> dict:
   """Runs `cmd` for FLAGS.seconds; `poll(line or None, t)` is called with
   each output line and every 0.5 s, and returns (frames, return) reports."""
   workdir = tempfile.mkdtemp(prefix='vs_sf_')
@@ -142,7 +146,8 @@ def _run(cmd, poll) -> dict:
           poll(line, t_line, frames, returns)
         poll(None, t, frames, returns)
       early = proc.poll()
-      code = _stop(proc) if early is None else f'ended early ({early})'
+      code = (_stop(proc, stop_group) if early is None
+              else f'ended early ({early})')
     finally:
       if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -162,7 +167,7 @@ def run_sample_factory(variant: str) -> dict:
     if match:
       returns.append((t, float(match.group(1))))
   train_dir = os.path.join(tempfile.mkdtemp(prefix='vs_sf_train_'), 'train')
-  return _run(sf_command(train_dir, variant), poll)
+  return _run(sf_command(train_dir, variant), poll, stop_group=True)
 
 
 def run_ours() -> dict:
