@@ -45,6 +45,7 @@ sys.path.insert(0, _ROOT)
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import provenance  # pylint: disable=g-import-not-at-top
+import psutil
 
 flags.DEFINE_integer('repeats', 2, 'Runs of each system (alternating).')
 flags.DEFINE_float('seconds', 150., 'Wall time of each run from its launch.')
@@ -96,19 +97,47 @@ def our_command(logdir: str):
 def _stop(proc: subprocess.Popen, group: bool) -> object:
   """SIGINT (Ctrl-C) to the run's main process, or to its process group as
   a terminal's Ctrl-C does (Sample Factory's main process alone does not
-  stop its workers); SIGKILL to the group after 90 s."""
+  stop its workers); SIGKILL to the group after 30 s."""
   try:
     if group:
       os.killpg(proc.pid, signal.SIGINT)
     else:
       proc.send_signal(signal.SIGINT)
-    return proc.wait(timeout=90)
+    return proc.wait(timeout=30)
   except subprocess.TimeoutExpired:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    return 'killed after 90 s'
+    return "killed after 30 s"
   except ProcessLookupError:
     return proc.wait()
+
+
+def _kill_session(sid: int) -> int:
+  """SIGKILLs what is left in session `sid` (a run's worker processes must
+  not eat the next run's CPU); returns how many there were."""
+  left = []
+  for process in psutil.process_iter():
+    try:
+      if os.getsid(process.pid) == sid and process.status() != (
+          psutil.STATUS_ZOMBIE):
+        left.append(process)
+    except (OSError, psutil.Error):
+      pass
+  for process in left:
+    try:
+      process.kill()
+    except psutil.Error:
+      pass
+  psutil.wait_procs(left, timeout=10)
+  return len(left)
+
+
+def _busy_processes() -> list:
+  """Processes of an earlier run still alive (they would skew the rates)."""
+  return [p.info['cmdline'][:3] for p in psutil.process_iter(['cmdline'])
+          if p.info['cmdline'] and any(
+              ('.venv-sf' in part or 'impala_lp.py' in part)
+              for part in p.info['cmdline'][:3]) and p.pid != os.getpid()]
 
 
 def _run(cmd, poll, stop_group: bool = False) -> dict:
@@ -152,7 +181,11 @@ def _run(cmd, poll, stop_group: bool = False) -> dict:
       if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+      left = _kill_session(proc.pid)
     reader.join(timeout=5)
+    if left:
+      code = f'{code}; {left} process(es) left in its session, killed'
+    log.write(f'[vs_sample_factory] exit: {code}\n')
   return dict(frames=frames, returns=returns, exit=code, log=log_path)
 
 
@@ -215,6 +248,10 @@ def main(argv):
   if not os.path.exists(FLAGS.sf_python):
     raise SystemExit(f'--sf_python={FLAGS.sf_python!r} does not exist: run '
                      '`bash benchmarks/setup_sample_factory.sh` first.')
+  busy = _busy_processes()
+  if busy:
+    raise SystemExit(f'processes of an earlier run are still alive and would '
+                     f'share the cores: {busy}')
   commit = provenance.git_commit()
   print(f'vs_sample_factory.py at commit {commit}; CartPole-v1; '
         f'{FLAGS.repeats} run(s) of each, alternating, {FLAGS.seconds:g} s '
