@@ -16,7 +16,7 @@ Launching is `launch.py`; what each node does is `nodes.py`.
 import dataclasses
 import functools
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from acme import specs
 from absl import logging
@@ -28,6 +28,7 @@ from acme_impala import config as config_lib
 from acme_impala import environments
 from acme_impala import lifecycle
 from acme_impala import nodes
+from acme_impala import run_record
 
 # Fields that fix the format of a trajectory: agents sharing a replay table
 # must agree on them (one Reverb signature for the table).
@@ -173,7 +174,9 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
                 share_replay: bool = True,
                 name: Optional[str] = None,
                 environment_spec: Optional[specs.EnvironmentSpec] = None,
-                launcher: bool = True) -> PreparedRun:
+                launcher: bool = True,
+                run_options: Optional[Mapping[str, Any]] = None
+                ) -> PreparedRun:
   """Validates a run of one or several agents and makes its directory.
 
   One config is a single agent (node labels without prefix); several are a
@@ -181,10 +184,15 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
   replay table when `share_replay`. Raises ValueError (ConfigError) naming
   the bad value before anything is created.
 
+  A launcher also writes the run's record, `<logdir>/config.json`
+  (`run_record`: the configs, these options and `run_options`, e.g. the
+  program's flags, versions, commit); with `restore` it first refuses
+  changed hyperparameters, naming each (`run_record.check_restore`).
+
   `launcher=False` is for a process that runs one node of a program its
   launcher already prepared (a Kubernetes pod): the same validation of
   values, but no check of the logdir's checkpoints against `restore`, no
-  directory made and no failure record cleared.
+  directory made, no record written and no failure record cleared.
   """
   configs = list(configs)
   if not configs:
@@ -207,12 +215,20 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
       raise ValueError(f'{a.options.agent}: env_id={a.config.env_id!r} '
                        f'differs from agent_0 ({agents[0].config.env_id!r}); '
                        'the agents of one run share one environment.')
+  if launcher and restore:
+    run_record.check_restore(logdir, configs)
   if environment_spec is None:
     environment_spec = environments.environment_spec(configs[0].env_id)
+  name = name or ('laser_sweep' if sweep else 'impala')
   if launcher:
     os.makedirs(logdir, exist_ok=True)
     lifecycle.clear_failures(agents[0].options.status_dir)
-  return PreparedRun(name=name or ('laser_sweep' if sweep else 'impala'),
+    run_record.write_record(logdir, run_record.make_record(
+        configs, [a.config for a in agents],
+        dict(name=name, logdir=logdir, max_actor_steps=max_actor_steps,
+             num_actors=num_actors, restore=restore, evaluator=evaluator,
+             share_replay=share_replay, **(run_options or {}))))
+  return PreparedRun(name=name,
                      agents=tuple(agents), environment_spec=environment_spec,
                      share_replay=share_replay)
 

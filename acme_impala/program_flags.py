@@ -21,6 +21,9 @@ FLAGS = flags.FLAGS
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ('config', 'num_actors', 'max_actor_steps', 'logdir', 'seed',
          'restore', 'evaluator')
+# Flags of a launcher (launch.run_program, Launchpad) kept in the run's record.
+LAUNCHER_FLAGS = ('lp_launch_type', 'restarts', 'node_start', 'verbose',
+                  'progress_interval_s')
 
 
 def define() -> None:
@@ -54,13 +57,26 @@ def make_config(overrides: Dict[str, Any]):
   return config.replace(**overrides)
 
 
+def run_options(overrides: Dict[str, Any]) -> Dict[str, Any]:
+  """How the run was asked for, for its record (`run_record`): the named
+  config, the overrides and the launcher's flags that are defined."""
+  options = {'config_name': FLAGS.config,
+             'config_overrides': config_flags.format_overrides(overrides),
+             'seed_flag': FLAGS.seed}
+  for name in LAUNCHER_FLAGS:
+    if name in FLAGS:
+      options[name] = FLAGS[name].value
+  return options
+
+
 def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True):
   """`program.prepare_run` of these flags (see its `launcher` argument)."""
   from acme_impala import program  # pylint: disable=g-import-not-at-top
   return program.prepare_run(
       [make_config(overrides)], logdir, FLAGS.max_actor_steps,
       num_actors=FLAGS.num_actors, restore=FLAGS.restore,
-      evaluator=FLAGS.evaluator, launcher=launcher)
+      evaluator=FLAGS.evaluator, launcher=launcher,
+      run_options=run_options(overrides))
 
 
 def forward(overrides: Dict[str, Any], logdir: str) -> List[str]:

@@ -38,11 +38,13 @@ def prepare_sweep(configs: Sequence[config_lib.IMPALAConfig],
                   max_actor_steps: int,
                   logdir: str,
                   share_replay: bool = True,
-                  evaluator: bool = True) -> program_lib.PreparedRun:
+                  evaluator: bool = True,
+                  run_options=None) -> program_lib.PreparedRun:
   validate_sweep(configs)
   return program_lib.prepare_run(
       configs, logdir, max_actor_steps, num_actors=num_actors,
-      evaluator=evaluator, share_replay=share_replay, name='laser_sweep')
+      evaluator=evaluator, share_replay=share_replay, name='laser_sweep',
+      run_options=run_options)
 
 
 def make_sweep_program(configs: Sequence[config_lib.IMPALAConfig],
