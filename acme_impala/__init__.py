@@ -23,6 +23,14 @@ _os.environ.setdefault('TF2_BEHAVIOR', '1')
 # user's own TF_ENABLE_ONEDNN_OPTS=0 wins.
 _os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
+# A node process started by exec from a quiet launcher (Launchpad's
+# process_entry, a Kubernetes pod) silences TensorFlow's and gym's start-up
+# noise before it imports them (quiet.py); importing acme_impala as a library
+# changes nothing.
+if _os.environ.get('ACME_IMPALA_QUIET') == '1':
+  from acme_impala import quiet as _quiet
+  _quiet.silence()
+
 # The public API, imported on first use: `import acme_impala` stays cheap (a
 # program's --help does not pay for TensorFlow), and
 # `acme_impala.IMPALALearner` works as an attribute.

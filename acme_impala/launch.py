@@ -3,6 +3,8 @@
 `launch_and_wait` launches an `lp.Program` (local_mp by default), waits for
 every node and turns the run's status directory into an exit status;
 `run_program` is the absl entry point shared by `programs/`.
+
+The programs call `quiet.silence()` before anything imports TensorFlow.
 """
 
 import os
@@ -12,14 +14,21 @@ import launchpad as lp
 
 from acme_impala import config_flags
 from acme_impala import lifecycle
+from acme_impala import progress
 from acme_impala import supervisor
+
+# Under the run's logdir: one output file per node process.
+NODE_LOGS = 'nodes'
 
 
 def launch_and_wait(program, logdir: str,
                     launch_type: str = 'local_mp',
                     restarts: str = '',
                     termination_notice_s: float = 30.,
-                    start_method: str = 'fork') -> int:
+                    start_method: str = 'fork',
+                    run=None,
+                    verbose: bool = False,
+                    progress_interval_s: float = 5.) -> int:
   """Launches `program`, waits for every node, returns the exit status.
 
   0 when the program stopped normally (step budget, Ctrl-C, SIGTERM) and
@@ -31,15 +40,34 @@ def launch_and_wait(program, logdir: str,
   `start_method`, see `supervisor.START_METHODS`); the thread-based launch
   types (`local_mt`, `test_mt`) have no processes to
   restart and use Launchpad's launcher.
+
+  Under `local_mp` each node's output goes to `<logdir>/nodes/`, and to the
+  terminal only when `verbose`. Given the `program.PreparedRun` it was built
+  from (`run`), the terminal shows a progress line every
+  `progress_interval_s` seconds and a summary at the end, and the run's
+  curves are drawn into `<logdir>/curves.png` (path printed) however it
+  ended.
   """
   name = program.name
-  status_dir = os.path.join(os.path.abspath(logdir), 'status')
+  logdir = os.path.abspath(logdir)
+  status_dir = os.path.join(logdir, 'status')
   if launch_type == 'local_mp':
     policies = supervisor.parse_restart_policies(restarts)
+    tracker = None
+    if run is not None:
+      tracker = progress.Progress(
+          logdir, run.agents[0].options.max_actor_steps,
+          agents=[a.options.agent for a in run.agents])
+    at_end = None
+    if run is not None:
+      at_end = lambda: write_curves(logdir)
     return supervisor.Supervisor(
         program, status_dir, policies,
         termination_notice_s=termination_notice_s,
-        start_method=start_method).run()
+        start_method=start_method,
+        node_log_dir=os.path.join(logdir, NODE_LOGS), verbose=verbose,
+        progress=tracker, progress_interval_s=progress_interval_s,
+        at_end=at_end).run()
   manager = lp.launch(program, launch_type=launch_type)
   crashed = None
   try:
@@ -58,6 +86,23 @@ def launch_and_wait(program, logdir: str,
     return 1
   print(f'{name}: all nodes stopped; exiting with status 0.', flush=True)
   return 0
+
+
+def print_run_files(name: str, logdir: str) -> None:
+  """Where a run keeps what it records (before its nodes start)."""
+  print(f'{name}: config {os.path.join(logdir, "config.json")}; node output '
+        f'{os.path.join(logdir, NODE_LOGS)}/; TensorBoard: tensorboard '
+        f'--logdir {os.path.join(logdir, "tensorboard")}', flush=True)
+
+
+def write_curves(logdir: str) -> str:
+  """Draws <logdir>/curves.png; says where, or why not (a run that logged
+  nothing to draw: its exit status is the run's, not the picture's)."""
+  try:
+    from acme_impala import curves  # pylint: disable=g-import-not-at-top
+    return f'curves: {curves.write_run_curves(logdir)}'
+  except Exception as error:  # pylint: disable=broad-except
+    return f'no curves drawn: {error}'
 
 
 def run_program(name: str, main) -> None:
@@ -82,6 +127,13 @@ def run_program(name: str, main) -> None:
       'How local_mp starts each node process: fork this launcher, which has '
       'imported everything already (start-up in seconds), or exec '
       "Launchpad's process_entry.py command (a new interpreter per node).")
+  flags.DEFINE_bool(
+      'verbose', False,
+      'Also show every node\'s output in this terminal (prefixed with the '
+      'node); it always goes to <logdir>/nodes/<group>-<index>.log.')
+  flags.DEFINE_float(
+      'progress_interval_s', 5.,
+      'Seconds between progress lines (local_mp).', lower_bound=0.5)
   flags.FLAGS.set_default('lp_launch_type', 'local_mp')
   # A stop can arrive while the learner compiles its first step (10-20 s on
   # 2 busy cores), which cannot be interrupted; Launchpad's default notice

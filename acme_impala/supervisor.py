@@ -17,6 +17,10 @@ node itself. A child is started one of two ways (`start_method`):
   - 'exec': Launchpad's own `process_entry.py` command of the node (a new
     interpreter that imports everything and unpickles its node).
 
+Each node's output goes to `<logdir>/nodes/<group>-<index>.log` and, with
+`verbose`, to the terminal; the terminal always gets this launcher's own
+messages and, given a `progress`, one progress line every few seconds.
+
 Either way this launcher can:
 
   - notice within a second any node process that exits without a program
@@ -54,7 +58,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 from absl import flags
 from absl import logging
@@ -257,7 +261,24 @@ class Supervisor:
   def __init__(self, program: lp.Program, status_dir: str,
                policies: Optional[Mapping[str, RestartPolicy]] = None,
                termination_notice_s: float = 30.,
-               output=None, start_method: str = 'fork'):
+               output=None, start_method: str = 'fork',
+               node_log_dir: Optional[str] = None, verbose: bool = True,
+               progress=None, progress_interval_s: float = 5.,
+               at_end: Optional[Callable[[], str]] = None):
+    """See the module docstring. Output:
+
+    Args:
+      node_log_dir: each node process's output (stdout and stderr, every
+        life of it) is appended to `<node_log_dir>/<group>-<index>.log`.
+      verbose: also forward node output to `output`, prefixed with the
+        node's title; else `output` gets only this launcher's messages
+        (deaths, restarts, failures, the summary) and the progress line.
+      progress: an object with `line()` and `summary()` (progress.Progress):
+        its line is shown every `progress_interval_s` seconds (rewritten in
+        place on a terminal unless verbose), its summary at the end.
+      at_end: called once every node has stopped, before the final status;
+        its message is shown (e.g. where the run's curves were drawn).
+    """
     if start_method not in START_METHODS:
       raise ValueError(f'start_method={start_method!r} is invalid: expected '
                        f'one of {START_METHODS}.')
@@ -269,6 +290,16 @@ class Supervisor:
     self._notice_s = termination_notice_s
     self._output = output or sys.stdout
     self._output_lock = threading.Lock()
+    self._node_log_dir = node_log_dir
+    self._verbose = verbose
+    self._progress = progress
+    self._progress_interval_s = progress_interval_s
+    self._at_end = at_end
+    # A progress line rewritten in place ends without a newline until the
+    # next message.
+    self._in_place = (not verbose and progress is not None and
+                      getattr(self._output, 'isatty', lambda: False)())
+    self._line_open = False
     self._stop_reason: Optional[str] = None
     self._stop_requested = threading.Event()
     self._limit_failure: Optional[str] = None
@@ -299,18 +330,60 @@ class Supervisor:
 
   # --- output and bookkeeping -------------------------------------------
 
+  def _write(self, text: str) -> None:
+    """Writes whole lines; the caller holds the output lock."""
+    if self._line_open:
+      self._output.write('\n')
+      self._line_open = False
+    self._output.write(text)
+    self._output.flush()
+
   def say(self, message: str) -> None:
     with self._output_lock:
-      self._output.write(f'{self._name}: {message}\n')
-      self._output.flush()
+      self._write(f'{self._name}: {message}\n')
+
+  def _show_progress(self) -> None:
+    try:
+      line = f'{self._name}: {self._progress.line()}'
+    except Exception as error:  # pylint: disable=broad-except
+      line = f'{self._name}: progress unavailable ({error!r})'
+    with self._output_lock:
+      if self._in_place:
+        self._output.write('\r' + line + '\x1b[K')
+        self._output.flush()
+        self._line_open = True
+      else:
+        self._write(line + '\n')
+
+  def node_log_path(self, child: _Child) -> Optional[str]:
+    if not self._node_log_dir:
+      return None
+    return os.path.join(self._node_log_dir,
+                        f'{child.group}-{child.index}.log')
 
   def _forward(self, child: _Child, stream) -> None:
     prefix = f'[{child.title}] '
-    for line in iter(stream.readline, ''):
-      with self._output_lock:
-        self._output.write(prefix + line)
-        self._output.flush()
-    stream.close()
+    path = self.node_log_path(child)
+    log = None
+    if path:
+      os.makedirs(self._node_log_dir, exist_ok=True)
+      log = open(path, 'a', errors='replace')
+      log.write(f'--- {child.title}: process {child.process.pid} started at '
+                f'{time.strftime("%Y-%m-%d %H:%M:%S")} (restart '
+                f'{len(child.restarts)}) ---\n')
+      log.flush()
+    try:
+      for line in iter(stream.readline, ''):
+        if log:
+          log.write(line)
+          log.flush()
+        if self._verbose:
+          with self._output_lock:
+            self._write(prefix + line)
+    finally:
+      stream.close()
+      if log:
+        log.close()
 
   def _write_nodes_file(self) -> None:
     """`<status_dir>/nodes.json`: each node's current pid and restarts."""
@@ -401,6 +474,9 @@ class Supervisor:
 
   def _handle_death(self, child: _Child, now: float) -> None:
     how = describe_exit(child.process.returncode)
+    where = ''
+    if self.node_log_path(child) and not self._verbose:
+      where = f' Its output: {self.node_log_path(child)}.'
     when = time.strftime('%H:%M:%S', time.localtime(now))
     if child.process.returncode == 0:
       # Its work is done (e.g. a node whose construction failed returns at
@@ -415,7 +491,7 @@ class Supervisor:
       message = (f"node {child.title!r} {how} at {when}; its restart limit "
                  f"({child.policy} for group {child.group!r}) is exceeded "
                  f"after {recent} restart(s): stopping the program.")
-      self.say(message)
+      self.say(message + where)
       self._limit_failure = message
       lifecycle.report_failure(
           self._status_dir, child.title,
@@ -425,7 +501,7 @@ class Supervisor:
     child.restarts.append(now)
     self.say(f'node {child.title} {how} at {when}; restarting it '
              f'(restart {len(child.restarts)}, {recent + 1} of '
-             f'{child.policy} for group {child.group!r}).')
+             f'{child.policy} for group {child.group!r}).{where}')
     self._start(child)
     self._write_nodes_file()
 
@@ -438,8 +514,13 @@ class Supervisor:
         if not self._stop_requested.is_set():
           self._start(child)
       self._write_nodes_file()
+      last_progress = time.time()
       while not self._stop_requested.wait(0.5):
         now = time.time()
+        if (self._progress is not None and
+            now - last_progress >= self._progress_interval_s):
+          self._show_progress()
+          last_progress = now
         for child in self._children:
           if (self._stop_requested.is_set() or child.finished or
               child.process.poll() is None):
@@ -457,6 +538,8 @@ class Supervisor:
           child.process.wait()
       for sig, handler in previous.items():
         signal.signal(sig, handler)
+    if self._at_end is not None:
+      self.say(self._at_end())
     return self._exit_status()
 
   def restart_summary(self) -> str:
@@ -471,7 +554,14 @@ class Supervisor:
     for message in failures:
       self.say(message)
     if failures:
-      self.say(f'details in {self._status_dir}')
+      self.say(f'details in {self._status_dir}' + (
+          f', node output in {self._node_log_dir}' if self._node_log_dir
+          else ''))
+    if self._progress is not None:
+      try:
+        self.say(self._progress.summary())
+      except Exception as error:  # pylint: disable=broad-except
+        self.say(f'no summary: {error!r}')
     self.say(f'all nodes stopped; {self.restart_summary()}; exiting with '
              f'status {status}.')
     return status

@@ -80,8 +80,9 @@ def run(name, faulted):
   logdir = tempfile.mkdtemp(prefix=f'impala_faults_{name}_')
   cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
          f'--seed={FLAGS.seed}', f'--logdir={logdir}',
-         f'--max_actor_steps={FLAGS.max_actor_steps}'] + list(
-             FLAGS.program_flags)
+         f'--max_actor_steps={FLAGS.max_actor_steps}',
+         # The nodes' lines in program.log: summarize() reads them there.
+         '--verbose'] + list(FLAGS.program_flags)
   if faulted:
     # Two actors killed in turn every minute: more than the default 3 per
     # 10 minutes each.

@@ -54,7 +54,8 @@ def _launch(method: str) -> dict:
   logdir = tempfile.mkdtemp(prefix='impala_startup_')
   cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
          '--lp_launch_type=local_mp', f'--max_actor_steps={FLAGS.max_actor_steps}',
-         f'--logdir={logdir}', f'--node_start={method}'] + list(
+         f'--logdir={logdir}', f'--node_start={method}',
+         '--verbose'] + list(
              FLAGS.program_flags)
   start = time.perf_counter()
   proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,

@@ -91,7 +91,9 @@ def sf_command(train_dir: str, variant: str):
 def our_command(logdir: str):
   return [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
           '--lp_launch_type=local_mp', f'--logdir={logdir}',
-          '--max_actor_steps=100000000'] + list(FLAGS.program_flags)
+          '--max_actor_steps=100000000',
+          # The nodes' lines in stdout: the evaluator's returns are read there.
+          '--verbose'] + list(FLAGS.program_flags)
 
 
 def _stop(proc: subprocess.Popen, group: bool) -> object:

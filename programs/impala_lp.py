@@ -12,6 +12,9 @@ config values fail here, before any process starts.
 
 import sys
 
+from acme_impala import quiet
+quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
+
 from absl import app
 from absl import flags
 import launchpad as lp  # Defines --lp_launch_type and friends.
@@ -42,12 +45,15 @@ def main(argv, overrides):
         f'num_actors={FLAGS.num_actors} envs_per_actor={config.envs_per_actor}'
         f' max_actor_steps={FLAGS.max_actor_steps} '
         f'lr_anneal_steps={config.lr_anneal_steps}', flush=True)
+  launch.print_run_files('impala_lp', logdir)
   return launch.launch_and_wait(program_lib.build_program(run), logdir,
                                 launch_type=FLAGS.lp_launch_type,
                                 restarts=FLAGS.restarts,
                                 termination_notice_s=(
                                     FLAGS.lp_termination_notice_secs),
-                                start_method=FLAGS.node_start)
+                                start_method=FLAGS.node_start, run=run,
+                                verbose=FLAGS.verbose,
+                                progress_interval_s=FLAGS.progress_interval_s)
 
 
 if __name__ == '__main__':

@@ -13,6 +13,9 @@ import os
 import sys
 import time
 
+from acme_impala import quiet
+quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
+
 # Default run directories live under the repository root.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,8 +23,10 @@ from absl import app
 from absl import flags
 import launchpad as lp  # Defines --lp_launch_type and friends.
 
+from acme_impala import config_flags
 from acme_impala import configs
 from acme_impala import launch
+from acme_impala import program_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'cartpole',
@@ -55,7 +60,14 @@ def main(argv, overrides):
     run = sweep.prepare_sweep(
         grid, num_actors=FLAGS.num_actors,
         max_actor_steps=FLAGS.max_actor_steps, logdir=logdir,
-        share_replay=FLAGS.share_replay, evaluator=FLAGS.evaluator)
+        share_replay=FLAGS.share_replay, evaluator=FLAGS.evaluator,
+        run_options=dict(
+            config_name=FLAGS.config,
+            config_overrides=config_flags.format_overrides(overrides),
+            learning_rates=FLAGS.learning_rates,
+            entropy_costs=FLAGS.entropy_costs,
+            **{n: FLAGS[n].value for n in program_flags.LAUNCHER_FLAGS
+               if n in FLAGS}))
   except (ValueError, TypeError) as error:
     print(f'laser_sweep_lp: error: {error}', file=sys.stderr)
     return 2
@@ -69,12 +81,15 @@ def main(argv, overrides):
           f'lr_anneal_steps={config.lr_anneal_steps}', flush=True)
   print(f'laser_sweep_lp: logdir={logdir} share_replay={FLAGS.share_replay}',
         flush=True)
+  launch.print_run_files('laser_sweep_lp', logdir)
   return launch.launch_and_wait(program_lib.build_program(run), logdir,
                                 launch_type=FLAGS.lp_launch_type,
                                 restarts=FLAGS.restarts,
                                 termination_notice_s=(
                                     FLAGS.lp_termination_notice_secs),
-                                start_method=FLAGS.node_start)
+                                start_method=FLAGS.node_start, run=run,
+                                verbose=FLAGS.verbose,
+                                progress_interval_s=FLAGS.progress_interval_s)
 
 
 if __name__ == '__main__':

@@ -15,8 +15,11 @@ import time
 import psutil
 import pytest
 
+from acme_impala import config_flags
+from acme_impala import configs
 from acme_impala import launch
 from acme_impala import lifecycle
+from acme_impala import run_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
@@ -46,6 +49,12 @@ def _run(args, logdir, timeout=240, env_extra=None):
     out, _ = proc.communicate()
     pytest.fail(f'program did not finish within {timeout} s:\n{out[-5000:]}')
   return proc.returncode, out, proc.pid
+
+
+def _node_output(logdir, node):
+  with open(os.path.join(logdir, 'nodes', f'{node}.log'),
+            errors='replace') as f:
+    return f.read()
 
 
 def _session_processes(sid):
@@ -89,8 +98,89 @@ def test_make_program_runs_under_test_mt(tmp_path):
 @pytest.fixture(scope='module')
 def first_run(tmp_path_factory):
   logdir = str(tmp_path_factory.mktemp('mp') / 'run')
-  rc, out, pid = _run(['--num_actors=2', '--max_actor_steps=4000'], logdir)
+  rc, out, pid = _run(['--num_actors=2', '--max_actor_steps=4000',
+                       '--progress_interval_s=1'], logdir)
   return logdir, rc, out, pid
+
+
+# Lines every process printed before quiet.silence() (issue 14).
+NOISE = ('Could not load dynamic library', 'cudart', 'cuInit',
+         'Gym has been unmaintained', 'Sets are not currently considered')
+
+
+def test_terminal_shows_progress_and_no_noise(first_run):
+  logdir, rc, out, _ = first_run
+  assert rc == 0, out[-5000:]
+  progress = re.findall(
+      r'^impala: \d+s \| (?:starting|env steps [\d.k]+/4\.0k \(\d+%\))', out,
+      re.MULTILINE)
+  assert progress, out
+  assert re.search(r'^impala: ran \d+s; \d+ env steps, \d+ learner steps',
+                   out, re.MULTILINE), out
+  for noise in NOISE:
+    assert noise not in out
+  # Node output is in one file per node, not in the terminal.
+  assert not re.search(r'^\[\w+/\d+\]', out, re.MULTILINE), out
+  logs = sorted(os.listdir(os.path.join(logdir, 'nodes')))
+  assert logs == ['actor-0.log', 'actor-1.log', 'coordinator-0.log',
+                  'counter-0.log', 'evaluator-0.log', 'learner-0.log',
+                  'replay-0.log']
+  learner = _node_output(logdir, 'learner-0')
+  assert 'learner: first step done' in learner
+  for name in logs:
+    text = _node_output(logdir, name[:-len('.log')])
+    for noise in NOISE:
+      assert noise not in text, (name, noise)
+
+
+def test_run_writes_its_curves(first_run):
+  logdir, _, out, _ = first_run
+  path = os.path.join(logdir, 'curves.png')
+  assert f'impala: curves: {path}' in out
+  with open(path, 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  assert os.path.getsize(path) > 10_000
+
+
+def test_config_json_records_the_run(first_run):
+  logdir, _, _, _ = first_run
+  record = run_record.read_record(logdir)
+  expected = configs.get_config('cartpole').replace(
+      **config_flags.parse_overrides(SMALL))
+  # Round trip: the recorded config is the one the run used.
+  assert run_record.config_from_dict(record['config']) == expected
+  assert run_record.load_config(logdir) == expected.with_annealing_horizon(
+      4000)
+  assert record['options']['max_actor_steps'] == 4000
+  assert record['options']['num_actors'] == 2
+  assert record['options']['config_name'] == 'cartpole'
+  assert record['options']['lp_launch_type'] == 'local_mp'
+  assert record['versions']['tensorflow'] == '2.8.4'
+  assert record['versions']['dm-launchpad'] == '0.5.2'
+  assert record['git_commit'] is None or re.fullmatch(
+      r'[0-9a-f]{40}(-dirty)?', record['git_commit'])
+
+
+def test_restore_with_a_changed_hyperparameter_fails_before_any_process(
+    first_run):
+  logdir, _, _, _ = first_run
+  sizes = {name: os.path.getsize(os.path.join(logdir, 'nodes', name))
+           for name in os.listdir(os.path.join(logdir, 'nodes'))}
+  record = run_record.read_record(logdir)
+  rc, out, _ = _run(['--restore', '--config.learning_rate=0.01',
+                     '--config.entropy_cost=0.5', '--max_actor_steps=9000'],
+                    logdir, timeout=120)
+  assert rc == 2, out[-3000:]
+  old = record['config']
+  assert (f"config.learning_rate: {old['learning_rate']!r} recorded, 0.01 "
+          'given') in out
+  assert (f"config.entropy_cost: {old['entropy_cost']!r} recorded, 0.5 "
+          'given') in out
+  assert 'max_actor_steps' not in out.split('error:')[1]  # A run option.
+  # No node started: no node wrote a line, the record is unchanged.
+  assert sizes == {name: os.path.getsize(os.path.join(logdir, 'nodes', name))
+                   for name in os.listdir(os.path.join(logdir, 'nodes'))}
+  assert run_record.read_record(logdir) == record
 
 
 def test_local_mp_run_exits_0_writes_csv_and_leaves_no_process(first_run):
@@ -120,8 +210,12 @@ def test_restore_continues_learner_steps(first_run):
   assert new_rows, out[-3000:]
   # The checkpoint is written at stop, after the last logged step.
   assert float(new_rows[0]['learner_steps']) >= last_step + 1
-  assert f'starting at learner step {int(last_step)}' in out or (
-      'starting at learner step' in out)
+  # Node output goes to <logdir>/nodes/, a file per node, every life of it.
+  assert re.search(r'learner: starting at learner step (\d+)',
+                   _node_output(logdir, 'learner-0')).group(1) == '0'
+  restarted = re.findall(r'learner: starting at learner step (\d+)',
+                         _node_output(logdir, 'learner-0'))
+  assert len(restarted) == 2 and int(restarted[1]) >= last_step
   assert _session_processes(pid) == []
 
 
@@ -285,7 +379,7 @@ def test_restore_brings_back_the_replay_contents(tmp_path):
   # sizes before and after it, and the checkpoint holds one in between.
   saved = re.search(r"replay: checkpointed tables \{[^}]*'replay': (\d+)"
                     r"[^(]*\(sizes when it ended: \{[^}]*'replay': (\d+)",
-                    out)
+                    _node_output(logdir, 'replay-0'))
   assert saved, out[-5000:]
   low, high = int(saved.group(1)), int(saved.group(2))
   assert 0 < low <= high
@@ -293,7 +387,7 @@ def test_restore_brings_back_the_replay_contents(tmp_path):
   rc, out, pid = _run(laser + ['--max_actor_steps=4000', '--restore'], logdir)
   assert rc == 0, out[-5000:]
   restored = re.search(r"replay: restored tables from [^{]*\{[^}]*"
-                       r"'replay': (\d+)", out)
+                       r"'replay': (\d+)", _node_output(logdir, 'replay-0'))
   assert restored, out[-5000:]
   assert low <= int(restored.group(1)) <= high
   time.sleep(1)

@@ -107,9 +107,10 @@ class Run:
     self.logdir = str(tmp_path / 'run')
     self.out_path = str(tmp_path / 'out.txt')
     self._out = open(self.out_path, 'w')
+    # --verbose: the tests follow the nodes' own lines in the terminal.
     self.proc = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, 'programs', 'impala_lp.py'),
-         f'--logdir={self.logdir}'] + SMALL + args,
+         f'--logdir={self.logdir}', '--verbose'] + SMALL + args,
         stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT,
         start_new_session=True)
 

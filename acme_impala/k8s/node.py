@@ -30,6 +30,9 @@ import sys
 import threading
 import time
 
+from acme_impala import quiet
+quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
+
 from absl import app
 from absl import flags
 from absl import logging

@@ -1,0 +1,93 @@
+"""The launcher's progress line, read from CSV logs with known values."""
+
+import os
+
+import pytest
+
+from acme_impala import progress
+
+LEARNER_COLUMNS = ['actor_steps', 'learner_steps', 'policy_lag_mean',
+                   'timestamp']
+
+
+def _write(logdir, label, columns, rows, tail=''):
+  path = os.path.join(logdir, 'logs', label, 'logs.csv')
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    f.write(','.join(columns) + '\n')
+    for row in rows:
+      f.write(','.join(str(v) for v in row) + '\n')
+    f.write(tail)
+
+
+def test_read_tail_skips_a_partial_last_row_and_parses_nan(tmp_path):
+  _write(str(tmp_path), 'learner', ['a', 'b'], [(1, 2), (3, 'nan'), (5, 'x')],
+         tail='7,')
+  rows = progress.read_tail(os.path.join(tmp_path, 'logs', 'learner',
+                                         'logs.csv'))
+  assert [r['a'] for r in rows] == [1, 3, 5]
+  assert rows[0]['b'] == 2
+  assert all(v != v for v in (rows[1]['b'], rows[2]['b']))  # NaN.
+  assert progress.read_tail(str(tmp_path / 'missing.csv')) == []
+
+
+def test_read_tail_of_a_long_file_reads_only_its_end(tmp_path):
+  rows = [(i, i * 2) for i in range(60_000)]  # > the 256 KiB tail.
+  _write(str(tmp_path), 'learner', ['a', 'b'], rows)
+  tail = progress.read_tail(
+      os.path.join(tmp_path, 'logs', 'learner', 'logs.csv'), max_rows=5)
+  assert [r['a'] for r in tail] == [59_995, 59_996, 59_997, 59_998, 59_999]
+  assert tail[-1]['b'] == 119_998
+
+
+def test_line_reports_steps_rates_return_lag_and_eta(tmp_path):
+  logdir = str(tmp_path)
+  # 3000 env steps/s and 40 updates/s over the last 30 s.
+  _write(logdir, 'learner', LEARNER_COLUMNS,
+         [(3000 * t, 40 * t, 1.5, 1000. + t) for t in range(0, 61)])
+  _write(logdir, 'evaluator', ['actor_steps', 'episode_return'],
+         [(i, float(i)) for i in range(20)])  # Last 10: mean 14.5.
+  line = progress.Progress(logdir, 360_000, start_time=1000.).line(now=1061.)
+  assert line == ('1m01s | env steps 180k/360k (50%) | 3.0k env steps/s | '
+                  '40 updates/s | eval return 14.5 (last 10) | '
+                  'policy lag 1.5 | ETA 1m00s')
+
+
+def test_rates_start_after_a_restore_rolled_the_counts_back(tmp_path):
+  logdir = str(tmp_path)
+  # A restored learner logs from its checkpoint's counts again: the rate is
+  # taken over rows since the step back, not across it.
+  rows = [(10_000 + 1000 * t, 0, 1., 100. + t) for t in range(10)]
+  rows += [(12_000 + 2000 * t, 0, 1., 200. + t) for t in range(5)]
+  _write(logdir, 'learner', LEARNER_COLUMNS, rows)
+  status = progress.Progress(logdir, 100_000).agent_status('')
+  assert status['env_steps_per_s'] == pytest.approx(2000.)
+  assert status['eval_return'] is None
+
+
+def test_before_the_first_learner_row_the_line_says_starting(tmp_path):
+  line = progress.Progress(str(tmp_path), 1000, start_time=0.).line(now=7.)
+  assert line == '7s | starting: waiting for the first learner steps'
+
+
+def test_sweep_line_uses_the_slowest_agent(tmp_path):
+  logdir = str(tmp_path)
+  for i, rate in enumerate((100, 300)):
+    _write(logdir, f'agent_{i}/learner', LEARNER_COLUMNS,
+           [(rate * t, t, 1., float(t)) for t in range(11)])
+    _write(logdir, f'agent_{i}/evaluator', ['episode_return'], [(10. * i,)])
+  tracker = progress.Progress(logdir, 2000, agents=['agent_0', 'agent_1'],
+                              start_time=0.)
+  assert tracker.line(now=10.) == (
+      '10s | env steps 1.0k/2.0k (50%) | 100 env steps/s (slowest agent) | '
+      'eval return 0 10 (agents 0-1) | ETA 10s')
+  assert tracker.summary(now=10.) == (
+      'ran 10s; agent_0: 1000 env steps, 10 learner steps, eval return 0.0 '
+      '(last 10); agent_1: 3000 env steps, 10 learner steps, eval return '
+      '10.0 (last 10)')
+
+
+@pytest.mark.parametrize('seconds, text', [
+    (0, '0s'), (59.6, '1m00s'), (61, '1m01s'), (3600 * 26 + 60, '26h01m')])
+def test_durations(seconds, text):
+  assert progress.format_duration(seconds) == text
