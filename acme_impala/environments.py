@@ -307,13 +307,15 @@ def _atari_ids() -> List[str]:
 
 
 def _make_atari_gymnasium(env_id: str, *, evaluation: bool,
-                          repeat_action_probability: float) -> gymnasium.Env:
+                          repeat_action_probability: float,
+                          **make_kwargs) -> gymnasium.Env:
   """`ALE/<Game>-v5` with Table G.1 preprocessing; observations `uint8[84, 84, 4]`."""
   _import_ale_py()
   # frameskip=1: AtariPreprocessing repeats actions itself so it can max-pool the last
   # two frames (ALE's own frameskip would return only the final frame).
   env = gymnasium.make(env_id, frameskip=1,
-                       repeat_action_probability=repeat_action_probability)
+                       repeat_action_probability=repeat_action_probability,
+                       **make_kwargs)
   env = _atari_preprocessing_class()(
       env,
       noop_max=ATARI_NOOP_MAX,
@@ -429,7 +431,8 @@ def make_environment(env_id: str,
                      oar: bool = True,
                      evaluation: bool = False,
                      repeat_action_probability: float =
-                     ATARI_DEFAULT_REPEAT_ACTION_PROBABILITY) -> dm_env.Environment:
+                     ATARI_DEFAULT_REPEAT_ACTION_PROBABILITY,
+                     render_mode: Optional[str] = None) -> dm_env.Environment:
   """Creates the dm_env environment for `env_id`.
 
   Args:
@@ -441,6 +444,10 @@ def make_environment(env_id: str,
       life loss). Other preprocessing, no-op starts included, is the same.
     repeat_action_probability: Atari only: ALE sticky actions. 0.0 (deterministic, as in
       the IMPALA paper) by default; ale-py's own v5 default is 0.25.
+    render_mode: passed to `gymnasium.make` when given, e.g. 'rgb_array' so that
+      `environment.gymnasium_env.render()` returns the current frame, uint8[H, W, 3]
+      (classic control renders with pygame, which is not part of the pinned stack).
+      Observations and dynamics are unchanged.
 
   Returns:
     A `dm_env.Environment` with float32 reward and discount specs and an int32
@@ -448,15 +455,17 @@ def make_environment(env_id: str,
     `uint8[84, 84, 4]`; MinAtar `uint8[10, 10, C]`.
   """
   validate_environment_id(env_id)
+  # Only a given render_mode is passed on: gymnasium.make's defaults stay in force.
+  make_kwargs = {} if render_mode is None else {'render_mode': render_mode}
   if _ATARI_PATTERN.match(env_id):
     gym_env = _make_atari_gymnasium(
         env_id, evaluation=evaluation,
-        repeat_action_probability=repeat_action_probability)
+        repeat_action_probability=repeat_action_probability, **make_kwargs)
   elif _MINATAR_PATTERN.match(env_id):
     _register_minatar()
-    gym_env = gymnasium.make(env_id)
+    gym_env = gymnasium.make(env_id, **make_kwargs)
   else:
-    gym_env = gymnasium.make(env_id)
+    gym_env = gymnasium.make(env_id, **make_kwargs)
   environment: dm_env.Environment = GymnasiumToDMEnv(gym_env, seed=seed)
   if oar:
     environment = ObservationActionRewardWrapper(environment)
