@@ -37,8 +37,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
-import psutil
-import provenance  # pylint: disable=g-import-not-at-top
+import node_memory  # pylint: disable=g-import-not-at-top
+import provenance
 
 flags.DEFINE_integer('max_actor_steps', 2_400_000,
                      'Budget of each run (about 20 min on 2 cores).')
@@ -59,21 +59,6 @@ def _rows(logdir, label):
     return []
   with open(path) as f:
     return list(csv.DictReader(f))
-
-
-def _nodes(logdir):
-  try:
-    with open(os.path.join(logdir, 'status', 'nodes.json')) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return {}
-
-
-def _rss_mb(pid):
-  try:
-    return psutil.Process(pid).memory_info().rss / 2**20
-  except (psutil.Error, TypeError):
-    return None
 
 
 def run(name, faulted):
@@ -100,13 +85,10 @@ def run(name, faulted):
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     while proc.poll() is None:
       t = time.time() - start
-      nodes = _nodes(logdir)
+      nodes = node_memory.nodes(logdir)
       if t >= next_sample:
         next_sample += FLAGS.sample_every_s
-        for title, node in nodes.items():
-          mb = _rss_mb(node.get('pid'))
-          if mb is not None:
-            memory.setdefault(title, []).append((t, node['pid'], mb))
+        node_memory.sample(logdir, t, memory)
       victims = []
       if faulted and t >= next_actor_kill:
         next_actor_kill += FLAGS.actor_kill_every_s
@@ -183,16 +165,12 @@ def summarize(result):
 def memory_rows(result):
   rows = []
   for title, samples in sorted(result['memory'].items()):
-    last_pid = samples[-1][1]
-    life = [(t, mb) for t, pid, mb in samples if pid == last_pid]
-    warm = [(t, mb) for t, mb in life if t >= life[0][0] + FLAGS.warmup_s]
-    slope = '-'
-    if len(warm) >= 3:
-      ts, mbs = np.array(warm).T
-      slope = f'{np.polyfit(ts / 60., mbs, 1)[0]:+.2f}'
+    life = node_memory.last_life(samples)
+    slope = node_memory.growth(samples, FLAGS.warmup_s)
     rows.append((result['name'], title, len(set(p for _, p, _ in samples)),
                  f'{life[0][1]:.0f}', f'{life[-1][1]:.0f}',
-                 f'{(life[-1][0] - life[0][0]) / 60:.1f}', slope))
+                 f'{(life[-1][0] - life[0][0]) / 60:.1f}',
+                 '-' if slope is None else f'{slope:+.2f}'))
   return rows
 
 
