@@ -1,8 +1,11 @@
-"""Memory of the actor's and the evaluator's loops stays flat (issue 16).
+"""Memory of the actor's, the evaluator's and the learner's loops stays flat
+(issue 16).
 
 Each case runs in a fresh Python process (no other test's servers, threads
-or caches in its memory) and prints its resident-memory growth over a
-measured stretch after a warm-up:
+or caches in its memory) and prints how much its C heap in use grew over a
+measured stretch after a warm-up of the same length (`mallinfo2`: every
+block handed out and not freed; RSS would hide a small leak that fills
+holes freed earlier):
 
   - `actor`: the actor node's loop as the node wires it: BatchedEnvironment-
     Loop, the builder's BatchedIMPALAActor (8 CartPoles, one policy call per
@@ -10,15 +13,19 @@ measured stretch after a warm-up:
     would, an Acme counter and the node's CSV + TensorBoard logger;
   - `evaluator`: the evaluator's: one CartPole, the builder's IMPALAActor,
     one policy call per step, whole episodes;
-  - `plain_function`: the control. The same network behind a tf.function
-    that is not XLA-compiled, called as often: on TF 2.8 each call leaks
-    ~420 bytes (tensorflow#50765), what made actors grow ~6 MB/min.
+  - `learner`: the builder's learner, one update per step, with its CSV +
+    TensorBoard logger;
+  - `plain_function`: the control. The actor's network behind a tf.function
+    that is not XLA-compiled, called as often as the actor's: on TF 2.8 each
+    eager call of such a function leaks ~420 bytes (tensorflow#50765), what
+    made actors grow ~6 MB/min and the learner ~1.5 MB/min.
 
-The bound (1.5 MB over 10,000 policy calls) is ~1/3 of what that leak adds
-over the same calls (~4 MB) and well above the noise measured here
-(< 0.1 MB).
+The bounds are about a third of what that leak adds over the same calls
+(~4 MB over 10,000 policy calls, ~1.2 MB over 3,000 updates) and far above
+what the fixed loops grow (< 0.1 MB).
 """
 
+import ctypes
 import json
 import os
 import subprocess
@@ -29,6 +36,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALLS = 10_000  # Policy calls measured, after as many for warm-up.
 BOUND_MB = 1.5
+# Learner updates measured (after as many): the leak would add ~1.3 MB.
+LEARNER_CALLS = 3_000
+LEARNER_BOUND_MB = 0.5
 
 
 def _probe(case: str) -> dict:
@@ -46,6 +56,12 @@ def test_loop_memory_is_flat(case):
   assert result['growth_mb'] < BOUND_MB, result
 
 
+def test_learner_memory_is_flat():
+  result = _probe('learner')
+  assert result['calls'] == LEARNER_CALLS
+  assert result['growth_mb'] < LEARNER_BOUND_MB, result
+
+
 def test_the_bound_catches_tensorflows_per_call_leak():
   result = _probe('plain_function')
   assert result['growth_mb'] > 2 * BOUND_MB, result
@@ -53,20 +69,31 @@ def test_the_bound_catches_tensorflows_per_call_leak():
 
 # --- the probes (run as `python tests/test_memory.py CASE`) -----------------
 
-def _rss_mb() -> float:
-  import psutil  # pylint: disable=g-import-not-at-top
-  return psutil.Process().memory_info().rss / 2**20
+class _MallInfo2(ctypes.Structure):
+  _fields_ = [(name, ctypes.c_size_t) for name in (
+      'arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks', 'fsmblks',
+      'uordblks', 'fordblks', 'keepcost')]
 
 
-def _measure(run_calls) -> dict:
-  """Warm-up of CALLS policy calls, then RSS growth over CALLS more."""
+def _heap_mb() -> float:
+  """Bytes the C heap has handed out and not taken back (every arena, and
+  mmapped blocks), in MB. Unlike RSS it counts a leaked block even where
+  it fills a hole freed earlier, so small leaks show in short runs."""
+  libc = ctypes.CDLL(None)
+  libc.mallinfo2.restype = _MallInfo2
+  info = libc.mallinfo2()
+  return (info.uordblks + info.hblkhd) / 2**20
+
+
+def _measure(run_calls, calls=CALLS) -> dict:
+  """Warm-up of `calls` calls, then RSS growth over as many more."""
   import gc  # pylint: disable=g-import-not-at-top
-  run_calls(CALLS)
+  run_calls(calls)
   gc.collect()
-  before = _rss_mb()
-  calls = run_calls(CALLS)
+  before = _heap_mb()
+  calls = run_calls(calls)
   gc.collect()
-  return {'calls': calls, 'growth_mb': _rss_mb() - before}
+  return {'calls': calls, 'growth_mb': _heap_mb() - before}
 
 
 def _actor_probe() -> dict:
@@ -132,6 +159,41 @@ def _evaluator_probe() -> dict:
   return _measure(run_calls)
 
 
+def _learner_probe() -> dict:
+  import itertools  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tree  # pylint: disable=g-import-not-at-top
+  from acme.utils import counting  # pylint: disable=g-import-not-at-top
+  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala import configs  # pylint: disable=g-import-not-at-top
+  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  from acme_impala import loggers as loggers_lib  # pylint: disable=g-import-not-at-top
+
+  config = configs.get_config('cartpole')
+  builder = builder_lib.IMPALABuilder(
+      config, environments.environment_spec(config.env_id))
+  network = builder.make_network()
+  # One batch of the queue's layout ([B, T+1, ...]), again and again: the
+  # update's cost and memory do not depend on the values.
+  batch = tree.map_structure(
+      lambda s: np.zeros((config.batch_size,) + tuple(s.shape), s.dtype.name),
+      builder.trajectory_signature(network))
+  learner = builder.make_learner(
+      network, itertools.repeat(batch), counter=counting.Counter(),
+      logger=loggers_lib.make_logger('learner', tempfile.mkdtemp(),
+                                     steps_key='learner_steps',
+                                     terminal_time_delta=3600.,
+                                     csv_time_delta=1.,
+                                     tensorboard_time_delta=1.))
+
+  def run_calls(calls):
+    for _ in range(calls):
+      learner.step()
+    return calls
+  return _measure(run_calls, LEARNER_CALLS)
+
+
 def _plain_function_probe() -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -161,5 +223,6 @@ if __name__ == '__main__':
   from acme_impala import quiet  # pylint: disable=g-import-not-at-top
   quiet.silence()
   probe = {'actor': _actor_probe, 'evaluator': _evaluator_probe,
+           'learner': _learner_probe,
            'plain_function': _plain_function_probe}[sys.argv[1]]
   print(json.dumps(probe()))
