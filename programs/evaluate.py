@@ -48,6 +48,9 @@ flags.DEFINE_integer('seed', 0,
                      'Seeds the environment and the action sampler.')
 flags.DEFINE_bool('greedy', False,
                   'Take the most likely action instead of sampling.')
+flags.DEFINE_integer('agent', 0,
+                     'Which agent of a LASER sweep run (programs/'
+                     'laser_sweep_lp.py) to evaluate; 0 for a single agent.')
 
 
 class UsageError(Exception):
@@ -74,7 +77,7 @@ def _check_flags():
   if not os.path.isdir(FLAGS.logdir):
     raise UsageError(f'--logdir={FLAGS.logdir!r} is not a directory.')
   try:
-    return run_record.load_config(FLAGS.logdir)
+    return run_record.load_config(FLAGS.logdir, FLAGS.agent)
   except ValueError as error:
     raise UsageError(f'--logdir={FLAGS.logdir!r}: {error}') from None
 
@@ -185,7 +188,11 @@ def evaluate(config) -> int:
   """Finds the checkpoint, makes the environment, plays; the exit status."""
   from acme_impala import environments  # pylint: disable=g-import-not-at-top
 
-  checkpoint_dir = os.path.join(FLAGS.logdir, 'checkpoints', 'learner')
+  # A sweep's agents checkpoint under checkpoints/agent_<i>/ (RunOptions).
+  sweep = len(run_record.read_record(FLAGS.logdir)['configs']) > 1
+  checkpoint_dir = os.path.join(
+      FLAGS.logdir, 'checkpoints',
+      *([f'agent_{FLAGS.agent}'] if sweep else []), 'learner')
   path = _latest_checkpoint(checkpoint_dir)
   env_seed, policy_seed = (
       int(s) for s in np.random.SeedSequence(FLAGS.seed).generate_state(2))

@@ -64,17 +64,33 @@ def trained_run(tmp_path_factory):
   return logdir
 
 
-def _write_untrained_run(logdir, config):
-  """A run directory as the launcher and the learner node write it: the
-  record, and the learner's state saved by Acme's Checkpointer."""
+def _write_untrained_run(logdir, *configs):
+  """A run directory as the launcher and the learner node(s) write it: the
+  record, and each learner's state saved by Acme's Checkpointer (a sweep's
+  agents under agent_<i>/)."""
   run_record.write_record(logdir,
-                          run_record.make_record([config], [config], {}))
-  spec = environments.environment_spec(config.env_id)
-  builder = builder_lib.IMPALABuilder(config, spec)
-  learner = builder.make_learner(builder.make_network(), iter(()))
-  tf2_savers.Checkpointer(
-      objects_to_save={'learner': learner.state}, directory=logdir,
-      subdirectory='learner', add_uid=False).save(force=True)
+                          run_record.make_record(configs, configs, {}))
+  for i, config in enumerate(configs):
+    spec = environments.environment_spec(config.env_id)
+    builder = builder_lib.IMPALABuilder(config, spec)
+    learner = builder.make_learner(builder.make_network(), iter(()))
+    tf2_savers.Checkpointer(
+        objects_to_save={'learner': learner.state}, directory=logdir,
+        subdirectory=f'agent_{i}/learner' if len(configs) > 1 else 'learner',
+        add_uid=False).save(force=True)
+
+
+def test_evaluates_an_agent_of_a_sweep(tmp_path):
+  logdir = str(tmp_path / 'sweep')
+  config = configs.get_config('cartpole').replace(replay_fraction=0.875)
+  # Agent 1 has another network size: only its own checkpoint restores.
+  _write_untrained_run(logdir, config, config.replace(lstm_size=16))
+  status, out, err = _evaluate(f'--logdir={logdir}', '--episodes=1',
+                               '--agent=1')
+  assert status == 0, err[-5000:]
+  assert os.path.join(logdir, 'checkpoints', 'agent_1', 'learner') in out
+  status, _, err = _evaluate(f'--logdir={logdir}', '--agent=2')
+  assert status == 2 and 'agent=2' in err, err[-3000:]
 
 
 @pytest.fixture(scope='module')
@@ -125,17 +141,6 @@ def _frames(video):
   return count, frame
 
 
-def test_video_of_a_trained_cartpole_run(trained_run, tmp_path):
-  video = str(tmp_path / 'ep.mp4')
-  status, out, err = _evaluate(f'--logdir={trained_run}', '--episodes=2',
-                               f'--video={video}')
-  assert status == 0, err[-5000:]
-  first = int(EPISODE.search(out).group(3))
-  count, frame = _frames(video)
-  assert count == first + 1  # The first episode: its reset and each step.
-  assert frame.ndim == 3 and frame.shape[2] == 3 and frame.std() > 0
-
-
 def test_evaluates_a_trained_run_and_exports_its_policy(trained_run,
                                                          tmp_path):
   policy_dir = str(tmp_path / 'policy')
@@ -182,14 +187,19 @@ def test_greedy_evaluation(trained_run):
   assert 'greedy actions' in out
 
 
-def test_video_records_the_first_episode(atari_run, tmp_path):
+# CartPole's frames are drawn by pygame (its size depends on the renderer),
+# Atari's by ale-py (210 x 160).
+@pytest.mark.parametrize('run, frame_shape', [('trained_run', None),
+                                              ('atari_run', (210, 160, 3))])
+def test_video_records_the_first_episode(request, tmp_path, run, frame_shape):
   video = str(tmp_path / 'ep.mp4')
-  status, out, err = _evaluate(f'--logdir={atari_run}', '--episodes=1',
-                               f'--video={video}')
+  status, out, err = _evaluate(f'--logdir={request.getfixturevalue(run)}',
+                               '--episodes=2', f'--video={video}')
   assert status == 0, err[-5000:]
-  length = int(EPISODE.search(out).group(3))
+  first = int(EPISODE.search(out).group(3))
   assert os.path.getsize(video) > 0
   count, frame = _frames(video)
-  # One frame at the reset and one per step.
-  assert count == length + 1
-  assert frame.shape == (210, 160, 3) and frame.any()
+  assert count == first + 1  # The first episode: its reset and each step.
+  assert frame.ndim == 3 and frame.shape[2] == 3 and frame.std() > 0
+  if frame_shape is not None:
+    assert frame.shape == frame_shape
