@@ -48,7 +48,7 @@ def policy_function(network: snt.RNNCore):
   kept in the eager context's table, tensorflow#50765, fixed in TF 2.12): at
   a policy call per actor step that is gigabytes a day per actor. An
   XLA-compiled function runs as one kernel, without that rendezvous
-  (tests/test_acting.py measures both). AutoGraph is off: the networks have
+  (tests/test_memory.py measures both). AutoGraph is off: the networks have
   no Python control flow on tensors.
   """
   return tf.function(network.__call__, autograph=False, jit_compile=True)

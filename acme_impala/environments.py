@@ -446,7 +446,7 @@ def make_environment(env_id: str,
       the IMPALA paper) by default; ale-py's own v5 default is 0.25.
     render_mode: passed to `gymnasium.make` when given, e.g. 'rgb_array' so that
       `environment.gymnasium_env.render()` returns the current frame, uint8[H, W, 3]
-      (classic control renders with pygame, which is not part of the pinned stack).
+      (classic control renders with pygame, pinned for this).
       Observations and dynamics are unchanged.
 
   Returns:

@@ -48,6 +48,8 @@ import sonnet as snt
 import tensorflow as tf
 import tree
 
+from acme_impala import networks
+
 POLICY_FILE = 'policy.json'
 _STATE_PREFIX = 'state_'
 
@@ -56,12 +58,6 @@ def _describe(spec: Union[tf.TensorSpec, tf.Tensor], name: str
               ) -> Dict[str, Any]:
   return {'name': name, 'shape': spec.shape.as_list(),
           'dtype': spec.dtype.name}
-
-
-def _is_oar(observations) -> bool:
-  # The networks duck-type the OAR nest in the same way (networks._embed).
-  return all(hasattr(observations, f)
-             for f in ('observation', 'action', 'reward'))
 
 
 def export_policy(network: snt.RNNCore,
@@ -85,7 +81,7 @@ def export_policy(network: snt.RNNCore,
   """
   num_actions = int(environment_spec.actions.num_values)
   observations = environment_spec.observations
-  oar = _is_oar(observations)
+  oar = networks.is_oar(observations)
   frame = observations.observation if oar else observations
   # The state's parts, named after their fields, in tree.flatten's order
   # (`step` rebuilds the network's state from them in that order).

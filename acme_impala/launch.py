@@ -53,13 +53,11 @@ def launch_and_wait(program, logdir: str,
   status_dir = os.path.join(logdir, 'status')
   if launch_type == 'local_mp':
     policies = supervisor.parse_restart_policies(restarts)
-    tracker = None
+    tracker, at_end = None, None
     if run is not None:
       tracker = progress.Progress(
           logdir, run.agents[0].options.max_actor_steps,
           agents=[a.options.agent for a in run.agents])
-    at_end = None
-    if run is not None:
       at_end = lambda: write_curves(logdir)
     return supervisor.Supervisor(
         program, status_dir, policies,

@@ -30,6 +30,13 @@ Logits = tf.Tensor
 Value = tf.Tensor
 
 
+def is_oar(inputs) -> bool:
+  """Whether `inputs` (values or specs) is an OAR nest. Duck-typed: nests
+  read back from a Reverb signature are namedtuples rebuilt by Reverb, not
+  Acme's OAR class."""
+  return all(hasattr(inputs, f) for f in OAR._fields)
+
+
 def _to_float_images(images: tf.Tensor) -> tf.Tensor:
   if images.dtype == tf.uint8:
     return tf.cast(images, tf.float32) / 255.
@@ -125,9 +132,7 @@ class IMPALANetwork(snt.RNNCore):
 
   def _embed(self, inputs) -> tf.Tensor:
     """[B, ...] observation (or OAR) → [B, D] LSTM input."""
-    # Duck-typed: nests read back from a Reverb signature are namedtuples
-    # rebuilt by Reverb, not Acme's OAR class.
-    if all(hasattr(inputs, f) for f in OAR._fields):
+    if is_oar(inputs):
       features = self._torso(inputs.observation)
       if not self._use_prev_action_reward:
         return features

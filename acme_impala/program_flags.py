@@ -57,16 +57,18 @@ def make_config(overrides: Dict[str, Any]):
   return config.replace(**overrides)
 
 
-def run_options(overrides: Dict[str, Any]) -> Dict[str, Any]:
-  """How the run was asked for, for its record (`run_record`): the named
+def record_options(overrides: Dict[str, Any]) -> Dict[str, Any]:
+  """What every program keeps in its run's record (`run_record`): the named
   config, the overrides and the launcher's flags that are defined."""
-  options = {'config_name': FLAGS.config,
-             'config_overrides': config_flags.format_overrides(overrides),
-             'seed_flag': FLAGS.seed}
-  for name in LAUNCHER_FLAGS:
-    if name in FLAGS:
-      options[name] = FLAGS[name].value
-  return options
+  return {'config_name': FLAGS.config,
+          'config_overrides': config_flags.format_overrides(overrides),
+          **{name: FLAGS[name].value for name in LAUNCHER_FLAGS
+             if name in FLAGS}}
+
+
+def run_options(overrides: Dict[str, Any]) -> Dict[str, Any]:
+  """How this single-agent run was asked for, for its record."""
+  return dict(record_options(overrides), seed_flag=FLAGS.seed)
 
 
 def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True):

@@ -1,14 +1,13 @@
 """What every benchmark prints with its tables: the commit it ran on."""
 
-import os
-import subprocess
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from acme_impala import run_record
 
 
 def git_commit() -> str:
-  """The checkout's short commit, or 'unknown' outside a git checkout."""
-  proc = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=_ROOT,
-                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                        text=True)
-  return proc.stdout.strip() or 'unknown'
+  """The checkout's short commit ('<sha>-dirty' with uncommitted changes to
+  tracked files, as in a run's config.json), or 'unknown' outside a git
+  checkout."""
+  commit = run_record.git_commit()
+  if commit is None:
+    return 'unknown'
+  return commit[:7] + ('-dirty' if commit.endswith('-dirty') else '')

@@ -23,7 +23,6 @@ from absl import app
 from absl import flags
 import launchpad as lp  # Defines --lp_launch_type and friends.
 
-from acme_impala import config_flags
 from acme_impala import configs
 from acme_impala import launch
 from acme_impala import program_flags
@@ -61,13 +60,9 @@ def main(argv, overrides):
         grid, num_actors=FLAGS.num_actors,
         max_actor_steps=FLAGS.max_actor_steps, logdir=logdir,
         share_replay=FLAGS.share_replay, evaluator=FLAGS.evaluator,
-        run_options=dict(
-            config_name=FLAGS.config,
-            config_overrides=config_flags.format_overrides(overrides),
-            learning_rates=FLAGS.learning_rates,
-            entropy_costs=FLAGS.entropy_costs,
-            **{n: FLAGS[n].value for n in program_flags.LAUNCHER_FLAGS
-               if n in FLAGS}))
+        run_options=dict(program_flags.record_options(overrides),
+                         learning_rates=FLAGS.learning_rates,
+                         entropy_costs=FLAGS.entropy_costs))
   except (ValueError, TypeError) as error:
     print(f'laser_sweep_lp: error: {error}', file=sys.stderr)
     return 2
