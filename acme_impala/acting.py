@@ -262,11 +262,11 @@ class BatchedIMPALAActor:
   def num_envs(self) -> int:
     return self._num_envs
 
-  def select_actions(self, observations: Sequence[acme_types.NestedArray]
+  def select_actions(self, observations: acme_types.NestedArray
                      ) -> np.ndarray:
-    """[K] actions for the K environments' current observations."""
-    batched = tree.map_structure(lambda *xs: np.stack(xs), *observations)
-    (logits, _), new_state = self._policy(batched, self._state)
+    """[K] actions for the K environments' current observations, a nest of
+    [K, ...] arrays (a `BatchedEnvironment` timestep's observation)."""
+    (logits, _), new_state = self._policy(observations, self._state)
     logits = logits.numpy()
     extras = {types.LOGITS: logits, types.CORE_STATE: self._state}
     if self._policy_version is not None:
@@ -287,11 +287,10 @@ class BatchedIMPALAActor:
                            tree.flatten(self._zero_state)):
       state[index] = zero[index]
 
-  def observe(self, actions: np.ndarray,
-              next_timesteps: Sequence[dm_env.TimeStep]):
-    """Records the K environments' steps after `select_actions`.
-
-    Call it before `observe_first` for environments that are reset.
+  def observe(self, actions: np.ndarray, next_timesteps: dm_env.TimeStep):
+    """Records the K environments' steps after `select_actions`, given as
+    one batch of timesteps (FIRST rows, environments reset by this step,
+    record nothing: call `observe_first` for them next).
     """
     if self._adder is not None:
       self._adder.add(np.asarray(actions, dtype=np.int32), next_timesteps,

@@ -45,6 +45,7 @@ import reverb
 import tree
 
 from acme_impala import compat
+from acme_impala import types as impala_types
 
 PriorityFn = Optional[Callable[[reverb_base.Trajectory], float]]
 
@@ -436,47 +437,68 @@ class BatchedTrajectoryAdder(_WindowsWriter):
     self._starts[index] = True
     self._pending[index] = True
 
-  def add(self, actions: np.ndarray,
-          next_timesteps: Sequence[dm_env.TimeStep],
+  def add(self, actions: np.ndarray, next_timesteps: dm_env.TimeStep,
           extras: Any = ()):
-    """Adds one step to every stream: the pending observation, the action
-    taken there, and the reward and discount that followed.
+    """Adds one step to every stream with an episode under way: its pending
+    observation, the action taken there, and the reward and discount that
+    followed.
 
     Args:
       actions: [K] actions.
-      next_timesteps: the K environments' timesteps after the actions.
+      next_timesteps: the K environments' timesteps after the actions, as
+        one batch (`environments.BatchedEnvironment`'s layout: [K] step
+        types, rewards and discounts, [K, ...] observations). FIRST rows are
+        environments that this step reset after their LAST one (dm_env's
+        auto-reset): they add nothing; call `add_first` for them next.
       extras: a nest of [K, ...] arrays (e.g. the behaviour logits).
     Streams whose episode ended also get Acme's terminal step; call
     `add_first` for them before their next `add`.
     """
-    if not self._pending.all():
-      missing = np.flatnonzero(~self._pending).tolist()
-      raise ValueError(f'adder.add_first must be called for streams '
-                       f'{missing} before adder.add.')
+    step_types = np.asarray(next_timesteps.step_type)
+    stepping = step_types != int(dm_env.StepType.FIRST)
+    if not np.array_equal(stepping, self._pending):
+      missing = np.flatnonzero(stepping & ~self._pending).tolist()
+      if missing:
+        raise ValueError(f'adder.add_first must be called for streams '
+                         f'{missing} before adder.add.')
+      raise ValueError(
+          'adder.add got FIRST timesteps for streams '
+          f'{np.flatnonzero(~stepping & self._pending).tolist()} in the '
+          'middle of their episodes; an environment restarts only after a '
+          'LAST timestep.')
+    if stepping.all():
+      streams, rows = None, slice(None)
+    else:
+      streams = np.flatnonzero(stepping)
+      rows = streams
+    take = lambda x: np.asarray(x)[rows]  # pylint: disable=unnecessary-lambda-assignment
     step = {
-        'observation': self._observations,
-        'start_of_episode': self._starts.copy(),
-        'action': actions,
-        'reward': np.stack([np.asarray(ts.reward) for ts in next_timesteps]),
-        'discount': np.stack([np.asarray(ts.discount)
-                              for ts in next_timesteps]),
+        'observation': tree.map_structure(take, self._observations),
+        'start_of_episode': self._starts[rows],
+        'action': take(actions),
+        'reward': take(next_timesteps.reward),
+        'discount': take(next_timesteps.discount),
     }
     if _has_extras(extras):
-      step['extras'] = extras
-    self._windows.push(step)
-    self._observations = tree.map_structure(
-        lambda *xs: np.stack(xs), *[ts.observation for ts in next_timesteps])
-    self._starts[:] = False
-    ended = np.asarray([ts.last() for ts in next_timesteps])
+      step['extras'] = tree.map_structure(take, extras)
+    self._windows.push(step, streams)
+    # Copied into the adder's own arrays: the engine may reuse its buffers.
+    for pending, value in zip(tree.flatten(self._observations),
+                              tree.flatten(next_timesteps.observation)):
+      pending[rows] = np.asarray(value)[rows]
+    self._starts[rows] = False
+    ended = step_types[rows] == int(dm_env.StepType.LAST)
     if ended.any():
-      streams = np.flatnonzero(ended)
-      rows = tree.map_structure(
-          lambda x: x[streams],
+      positions = np.flatnonzero(ended)
+      ended_streams = (positions if streams is None else streams[positions])
+      tail = tree.map_structure(
+          lambda x: x[positions],
           {key: value for key, value in step.items() if key != 'observation'})
-      terminal = tree.map_structure(lambda x: x[streams], self._observations)
-      self._windows.push(_terminal_step(rows, terminal), streams,
+      terminal = tree.map_structure(lambda x: x[ended_streams],
+                                    self._observations)
+      self._windows.push(_terminal_step(tail, terminal), ended_streams,
                          terminal=True)
-      self._pending[streams] = False
+      self._pending[ended_streams] = False
 
 
 class PerStreamAdders:
@@ -500,9 +522,13 @@ class PerStreamAdders:
   def add_first(self, index: int, timestep: dm_env.TimeStep):
     self._adders[index].add_first(timestep)
 
-  def add(self, actions: np.ndarray,
-          next_timesteps: Sequence[dm_env.TimeStep], extras: Any = ()):
-    for i, (adder, timestep) in enumerate(zip(self._adders, next_timesteps)):
+  def add(self, actions: np.ndarray, next_timesteps: dm_env.TimeStep,
+          extras: Any = ()):
+    """As `BatchedTrajectoryAdder.add` (FIRST rows add nothing)."""
+    for i, adder in enumerate(self._adders):
+      timestep = impala_types.timestep_row(next_timesteps, i)
+      if timestep.first():
+        continue
       row = tree.map_structure(lambda x, i=i: x[i], extras)
       adder.add(actions[i], timestep, row)
 

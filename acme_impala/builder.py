@@ -508,20 +508,29 @@ class IMPALABuilder:
         period=cfg.unroll_length, priority_fns=priority_fns,
         end_of_episode_behavior=acme_reverb.EndBehavior.CONTINUE)
 
-  def make_adder(self, replay_client: reverb.Client, num_envs: int = 1):
+  @property
+  def batched_acting(self) -> bool:
+    """Whether actors step their environments as one batch: with K > 1
+    environments, and always with EnvPool (a pool even of one)."""
+    cfg = self._config
+    return cfg.envs_per_actor > 1 or cfg.env_engine == 'envpool'
+
+  def make_adder(self, replay_client: reverb.Client, num_envs: int = 1,
+                 batched: Optional[bool] = None):
     """Writes each trajectory once; the queue and replay items reference
     the same data in Reverb (one item per table, no second copy). Under
     'recompute' the replay's items are whole episodes of those trajectories.
 
-    With num_envs == 1, one Acme adder. With K > 1 environments per actor,
-    one batched adder (`add_first(index, timestep)`,
+    Unbatched (the default for num_envs == 1), one Acme adder. Batched (the
+    default for K > 1 environments per actor; see `batched_acting`), one
+    batched adder (`add_first(index, timestep)`,
     `add(actions, timesteps, extras)`): a BatchedTrajectoryAdder
     (config.adder == 'trajectory') or K Acme SequenceAdders behind
     `PerStreamAdders` ('acme_sequence'); both write the items of K
     single-environment adders.
     """
     cfg = self._config
-    if num_envs == 1:
+    if not (num_envs > 1 if batched is None else batched):
       return self._single_adder(replay_client)
     if cfg.adder == 'trajectory':
       return adders_lib.BatchedTrajectoryAdder(
@@ -541,8 +550,10 @@ class IMPALABuilder:
       seed: Optional[int] = None,
       num_envs: int = 1,
       policy_version: Optional[tf.Variable] = None,
+      batched: Optional[bool] = None,
   ):
-    """An IMPALAActor (num_envs == 1) or a BatchedIMPALAActor.
+    """An IMPALAActor or a BatchedIMPALAActor (`batched`; by default when
+    num_envs > 1).
 
     With a variable source, the actor refreshes its weights (and the policy
     version it records) every `variable_update_period` actor steps. Without
@@ -559,7 +570,7 @@ class IMPALABuilder:
           variable_source, network, cfg.variable_update_period,
           policy_version)
     recorded = policy_version if cfg.record_policy_version else None
-    if num_envs == 1:
+    if not (num_envs > 1 if batched is None else batched):
       return acting.IMPALAActor(network, adder, client, seed=seed,
                                 policy_version=recorded,
                                 agent_id=self._agent_id)

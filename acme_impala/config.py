@@ -39,6 +39,12 @@ ADDERS = ('trajectory', 'acme_sequence')
 #   'stored': the state the actor recorded when it wrote the trajectory
 #       ("not viable", LASER Figure 4 right; kept for the comparison).
 REPLAY_CORE_STATES = ('recompute', 'burn_in', 'stored')
+# What steps an actor's environments (environments.make_batched_environment):
+#   'gymnasium': K Python gymnasium environments stepped one by one;
+#   'envpool': one EnvPool instance of K C++ environments, one call per step,
+#       same observations, episode ends and discounts (classic control and
+#       Atari; not MinAtar). The evaluator always uses gymnasium.
+ENV_ENGINES = ('gymnasium', 'envpool')
 
 
 class ConfigError(ValueError):
@@ -105,6 +111,10 @@ class IMPALAConfig:
   # Environments per actor process, stepped in lockstep with one batched
   # policy call (the TF per-call cost is amortised over them).
   envs_per_actor: int = 1
+  env_engine: str = 'gymnasium'
+  # EnvPool's worker threads per actor; 0: the cores the actor process may
+  # run on, at most envs_per_actor (set 1 with several actors per core).
+  env_threads: int = 0
   variable_update_period: int = 1  # Actor steps between weight refreshes.
   record_policy_version: bool = True  # Adds extras['policy_version'].
   adder: str = 'trajectory'
@@ -183,6 +193,8 @@ class IMPALAConfig:
     _check_int(self, 'lr_anneal_steps', 1, None, allow_none=True)
     _check_bool(self, 'anneal_learning_rate')
     _check_int(self, 'envs_per_actor', 1, 1024)
+    _check_choice(self, 'env_engine', ENV_ENGINES)
+    _check_int(self, 'env_threads', 0, 1024)
     _check_float(self, 'checkpoint_period_minutes', 0.0, None, open_low=True)
     _check_float(self, 'replay_fraction', 0.0, 1.0)
     replayed = self.batch_size * self.replay_fraction

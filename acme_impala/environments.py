@@ -23,11 +23,23 @@ previous action (`int32[]`) and previous reward (`float32[]`), as Acme's IMPALA 
 
 `validate_environment_id(env_id)` checks an id without creating anything, so that a
 bad id fails before any process is started.
+
+Batched engines (`make_batched_environment`): an actor steps K environments with one
+policy call, through a `BatchedEnvironment` whose timesteps are one batch (`[K]`
+step types, rewards and discounts, `[K, ...]` observations). Two engines give the
+same layout and the same episode and discount rules:
+
+* `gymnasium`: K `make_environment` environments stepped one by one in Python;
+* `envpool`: one EnvPool instance of K C++ environments (`envpool==0.8.4`), stepped
+  in one call on its own threads, with the same Atari settings (Table G.1).
 """
 
+import abc
 import importlib.util
+import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import dm_env
 from dm_env import specs
@@ -37,6 +49,8 @@ import numpy as np
 from acme import specs as acme_specs
 from acme.wrappers import observation_action_reward
 
+from acme_impala import types
+
 __all__ = [
     'GymnasiumToDMEnv',
     'ObservationActionRewardWrapper',
@@ -45,6 +59,11 @@ __all__ = [
     'known_environment_ids',
     'validate_environment_id',
     'environment_spec',
+    'BatchedEnvironment',
+    'GymnasiumBatch',
+    'EnvPoolBatch',
+    'make_batched_environment',
+    'validate_engine',
 ]
 
 CLASSIC_CONTROL_IDS: Tuple[str, ...] = ('CartPole-v1', 'Acrobot-v1', 'MountainCar-v0')
@@ -308,9 +327,15 @@ def _atari_ids() -> List[str]:
 
 def _make_atari_gymnasium(env_id: str, *, evaluation: bool,
                           repeat_action_probability: float,
+                          noop_max: int, max_episode_steps: Optional[int],
                           **make_kwargs) -> gymnasium.Env:
   """`ALE/<Game>-v5` with Table G.1 preprocessing; observations `uint8[84, 84, 4]`."""
   _import_ale_py()
+  if max_episode_steps is not None:
+    # ALE's own cap, in emulator frames, truncates (a TimeLimit here would
+    # count single frames: AtariPreprocessing does the frame skip).
+    make_kwargs['max_num_frames_per_episode'] = (
+        max_episode_steps * ATARI_FRAME_SKIP)
   # frameskip=1: AtariPreprocessing repeats actions itself so it can max-pool the last
   # two frames (ALE's own frameskip would return only the final frame).
   env = gymnasium.make(env_id, frameskip=1,
@@ -318,7 +343,7 @@ def _make_atari_gymnasium(env_id: str, *, evaluation: bool,
                        **make_kwargs)
   env = _atari_preprocessing_class()(
       env,
-      noop_max=ATARI_NOOP_MAX,
+      noop_max=noop_max,
       frame_skip=ATARI_FRAME_SKIP,
       screen_size=ATARI_SCREEN_SIZE,
       terminal_on_life_loss=False,  # see EpisodicLifeWrapper for why not gymnasium's
@@ -432,7 +457,10 @@ def make_environment(env_id: str,
                      evaluation: bool = False,
                      repeat_action_probability: float =
                      ATARI_DEFAULT_REPEAT_ACTION_PROBABILITY,
-                     render_mode: Optional[str] = None) -> dm_env.Environment:
+                     render_mode: Optional[str] = None,
+                     noop_max: int = ATARI_NOOP_MAX,
+                     max_episode_steps: Optional[int] = None
+                     ) -> dm_env.Environment:
   """Creates the dm_env environment for `env_id`.
 
   Args:
@@ -448,6 +476,10 @@ def make_environment(env_id: str,
       `environment.gymnasium_env.render()` returns the current frame, uint8[H, W, 3]
       (classic control renders with pygame, pinned for this).
       Observations and dynamics are unchanged.
+    noop_max: Atari only: an episode (a game) starts with 1 to `noop_max`
+      no-op frames.
+    max_episode_steps: the step cap, after which an episode is truncated
+      (discount 1); None: the registered one (Atari: ATARI_MAX_EPISODE_STEPS).
 
   Returns:
     A `dm_env.Environment` with float32 reward and discount specs and an int32
@@ -460,11 +492,14 @@ def make_environment(env_id: str,
   if _ATARI_PATTERN.match(env_id):
     gym_env = _make_atari_gymnasium(
         env_id, evaluation=evaluation,
-        repeat_action_probability=repeat_action_probability, **make_kwargs)
-  elif _MINATAR_PATTERN.match(env_id):
-    _register_minatar()
-    gym_env = gymnasium.make(env_id, **make_kwargs)
+        repeat_action_probability=repeat_action_probability,
+        noop_max=noop_max, max_episode_steps=max_episode_steps,
+        **make_kwargs)
   else:
+    if _MINATAR_PATTERN.match(env_id):
+      _register_minatar()
+    if max_episode_steps is not None:
+      make_kwargs['max_episode_steps'] = max_episode_steps
     gym_env = gymnasium.make(env_id, **make_kwargs)
   environment: dm_env.Environment = GymnasiumToDMEnv(gym_env, seed=seed)
   if oar:
@@ -479,3 +514,305 @@ def environment_spec(env_id: str, *, oar: bool = True) -> acme_specs.Environment
     return acme_specs.make_environment_spec(environment)
   finally:
     environment.close()
+
+
+# --------------------------------------------------------------------------------------
+# Batched engines
+# --------------------------------------------------------------------------------------
+
+# `config.env_engine` values (validated in config.py).
+GYMNASIUM, ENVPOOL = 'gymnasium', 'envpool'
+# ALE v5's cap of 108,000 frames, in agent steps of ATARI_FRAME_SKIP frames; a cut
+# episode is a truncation (discount 1) in both engines.
+ATARI_MAX_EPISODE_STEPS = 27_000
+# EnvPool seeds environment i of a pool with `seed + i` in a C++ int32.
+_ENVPOOL_SEED_MODULUS = 2**31 - 2**16
+
+
+class BatchedEnvironment(abc.ABC):
+  """K environments stepped together, their timesteps as one batch.
+
+  A batch is a `dm_env.TimeStep` of arrays: `step_type` int32[K] (dm_env's
+  `StepType` values), `reward` float32[K], `discount` float32[K], and an
+  observation nest of [K, ...] arrays laid out as `make_environment`'s (with
+  `oar=True`, `OAR(observation [K, ...], action int32[K], reward float32[K])`
+  carrying each environment's previous action and reward).
+
+  Episodes follow `GymnasiumToDMEnv`'s rules in every engine: a LAST row has
+  discount 0 when the episode terminated and 1 when it was cut at the step
+  cap; `step` resets the rows that were LAST, ignoring their actions, and
+  returns them as FIRST rows (reward 0, discount 1, OAR action and reward 0),
+  which is dm_env's auto-reset rule. So a row's stream of timesteps is that of
+  one dm_env environment, and a batched actor writes the same items whatever
+  the engine.
+  """
+
+  @property
+  @abc.abstractmethod
+  def num_envs(self) -> int:
+    """K."""
+
+  @abc.abstractmethod
+  def reset(self) -> dm_env.TimeStep:
+    """Starts an episode in every environment: K FIRST rows."""
+
+  @abc.abstractmethod
+  def step(self, actions: np.ndarray) -> dm_env.TimeStep:
+    """Steps every environment with its action from `actions` int32[K]."""
+
+  @abc.abstractmethod
+  def close(self) -> None:
+    """Releases the environments."""
+
+
+class GymnasiumBatch(BatchedEnvironment):
+  """K dm_env environments (from `make_environment`) stepped one by one."""
+
+  def __init__(self, environments: Sequence[dm_env.Environment]):
+    if not environments:
+      raise ValueError('GymnasiumBatch needs at least one environment.')
+    self._envs = list(environments)
+
+  @property
+  def num_envs(self) -> int:
+    return len(self._envs)
+
+  @property
+  def environments(self) -> List[dm_env.Environment]:
+    return list(self._envs)
+
+  def reset(self) -> dm_env.TimeStep:
+    return types.stack_timesteps([env.reset() for env in self._envs])
+
+  def step(self, actions: np.ndarray) -> dm_env.TimeStep:
+    # dm_env environments reset themselves on the step after LAST.
+    return types.stack_timesteps(
+        [env.step(a) for env, a in zip(self._envs, actions)])
+
+  def close(self) -> None:
+    for env in self._envs:
+      env.close()
+
+
+def _import_envpool():
+  try:
+    import envpool  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        "env_engine='envpool' needs envpool, which is part of the pinned stack "
+        '(requirements-nodeps.txt: envpool==0.8.4 with optree) but failed to '
+        'import: ' + str(e)) from e
+  return envpool
+
+
+def _envpool_task(env_id: str) -> str:
+  if _ATARI_PATTERN.match(env_id):
+    return env_id[len('ALE/'):]
+  return env_id
+
+
+def validate_engine(env_id: str, engine: str) -> None:
+  """Raises `ValueError` unless `engine` can run `env_id` (creates nothing).
+
+  EnvPool runs the classic-control ids and the Atari games it registers (all of
+  ale-py's but TicTacToe3D), not MinAtar.
+  """
+  validate_environment_id(env_id)
+  if engine == GYMNASIUM:
+    return
+  if engine != ENVPOOL:
+    raise ValueError(f'Unknown env_engine {engine!r}: expected one of '
+                     f'{GYMNASIUM!r}, {ENVPOOL!r}.')
+  if _MINATAR_PATTERN.match(env_id):
+    raise ValueError(
+        f"env_engine='envpool' cannot run {env_id!r}: EnvPool has no MinAtar "
+        "games; use env_engine='gymnasium'.")
+  if _envpool_task(env_id) not in _import_envpool().list_all_envs():
+    raise ValueError(
+        f"env_engine='envpool' cannot run {env_id!r}: EnvPool 0.8.4 has no "
+        f"{_envpool_task(env_id)!r}; use env_engine='gymnasium'.")
+
+
+def envpool_settings(env_id: str, *, evaluation: bool = False,
+                     repeat_action_probability: float =
+                     ATARI_DEFAULT_REPEAT_ACTION_PROBABILITY,
+                     noop_max: int = ATARI_NOOP_MAX,
+                     max_episode_steps: Optional[int] = None
+                     ) -> Dict[str, Any]:
+  """EnvPool's options for `env_id`, set to what `make_environment` does.
+
+  Every option that shapes the data is given explicitly rather than taken
+  from EnvPool's defaults (some differ: it presses FIRE on reset by default),
+  so that both engines follow Table G.1 and tests can compare them.
+  """
+  if _ATARI_PATTERN.match(env_id):
+    return dict(
+        frame_skip=ATARI_FRAME_SKIP, img_height=ATARI_SCREEN_SIZE,
+        img_width=ATARI_SCREEN_SIZE, stack_num=ATARI_FRAME_STACK,
+        gray_scale=True, noop_max=noop_max,
+        episodic_life=not evaluation,
+        zero_discount_on_life_loss=False, reward_clip=False,
+        use_fire_reset=False, full_action_space=False,
+        repeat_action_probability=repeat_action_probability,
+        max_episode_steps=max_episode_steps or ATARI_MAX_EPISODE_STEPS)
+  # Classic control: gymnasium's registered step cap (CartPole-v1 500...).
+  return dict(max_episode_steps=max_episode_steps or
+              gymnasium.spec(env_id).max_episode_steps)
+
+
+def _classic_control_terminal(env_id: str):
+  """gymnasium's termination rule of a classic-control game, as a function of
+  [n, D] observations, with the constants of gymnasium's own class.
+
+  EnvPool reports an episode that ends at the step cap as truncated even
+  when the game also ended there (the pole fell on step 500); gymnasium, and
+  so our adapter, calls that a termination (discount 0). EnvPoolBatch asks
+  this rule for the rows EnvPool truncates.
+  """
+  game = gymnasium.make(env_id).unwrapped
+  if env_id == 'CartPole-v1':
+    return lambda o: ((np.abs(o[:, 0]) > game.x_threshold) |
+                      (np.abs(o[:, 2]) > game.theta_threshold_radians))
+  if env_id == 'MountainCar-v0':
+    return lambda o: ((o[:, 0] >= game.goal_position) &
+                      (o[:, 1] >= game.goal_velocity))
+  if env_id == 'Acrobot-v1':
+    def terminal(o):
+      # The observation is (cos, sin) of both angles and their velocities.
+      angles = np.arctan2(o[:, [1, 3]], o[:, [0, 2]])
+      return -np.cos(angles[:, 0]) - np.cos(angles[:, 1] + angles[:, 0]) > 1.
+    return terminal
+  raise ValueError(f'No termination rule for {env_id!r}.')
+
+
+class EnvPoolBatch(BatchedEnvironment):
+  """One EnvPool instance of K environments (synchronous: every `step`
+  steps all K, so each row is one environment's own sequence).
+
+  EnvPool's gymnasium API is used because it tells termination from
+  truncation (its dm_env API gives discount 0 to both). Its auto-reset rule
+  is dm_env's (the call after a done row resets that row and ignores its
+  action); after a life loss with `episodic_life` that reset continues the
+  game, as `EpisodicLifeWrapper` does.
+
+  Args:
+    env_id: a classic-control id or `ALE/<Game>-v5` (see `validate_engine`).
+    num_envs: K.
+    seed: environment i is seeded with `seed + i` (EnvPool's rule); the seed
+      is folded into int32's range first.
+    evaluation, repeat_action_probability, noop_max, max_episode_steps: as
+      `make_environment`'s. After a life loss (`episodic_life`), EnvPool
+      plays 1 to `noop_max` no-op frames and keeps the frame stack, where
+      the gymnasium engine starts from the same frame with a fresh stack.
+    num_threads: EnvPool's worker threads; 0: as many as the cores this
+      process may run on, at most K (EnvPool's own 0 starts one per
+      environment, which on 2 cores measured 1.2-1.5x slower: README).
+    oar: observations as `OAR(observation, previous action, previous reward)`.
+  """
+
+  def __init__(self, env_id: str, num_envs: int, seed: int = 0, *,
+               evaluation: bool = False,
+               repeat_action_probability: float =
+               ATARI_DEFAULT_REPEAT_ACTION_PROBABILITY,
+               noop_max: int = ATARI_NOOP_MAX,
+               max_episode_steps: Optional[int] = None,
+               num_threads: int = 0, oar: bool = True):
+    validate_engine(env_id, ENVPOOL)
+    envpool = _import_envpool()
+    self._k = num_envs
+    self._atari = bool(_ATARI_PATTERN.match(env_id))
+    self._oar = oar
+    self.num_threads = num_threads or min(num_envs,
+                                          len(os.sched_getaffinity(0)))
+    with warnings.catch_warnings():
+      # EnvPool builds its Box spaces from float64 bounds; gymnasium warns.
+      warnings.simplefilter('ignore', UserWarning)
+      self._pool = envpool.make_gymnasium(
+          _envpool_task(env_id), num_envs=num_envs, batch_size=num_envs,
+          num_threads=self.num_threads,
+          seed=int(seed) % _ENVPOOL_SEED_MODULUS,
+          **envpool_settings(
+              env_id, evaluation=evaluation,
+              repeat_action_probability=repeat_action_probability,
+              noop_max=noop_max, max_episode_steps=max_episode_steps))
+      self._dtype = _observation_spec_from_space(
+          self._pool.observation_space).dtype
+    self._terminal_at_cap = (None if self._atari else
+                             _classic_control_terminal(env_id))
+    self._done = np.zeros(num_envs, bool)
+    self._closed = False
+
+  @property
+  def num_envs(self) -> int:
+    return self._k
+
+  def _batch(self, step_type, reward, discount, observation, actions):
+    if self._atari:
+      # EnvPool stacks frames first ([K, 4, 84, 84], oldest first); ours are
+      # channels last, oldest first.
+      observation = np.ascontiguousarray(np.moveaxis(observation, 1, -1))
+    else:
+      # A copy: EnvPool's arrays are views of its own buffers.
+      observation = np.array(observation, dtype=self._dtype)
+    if self._oar:
+      observation = observation_action_reward.OAR(
+          observation=observation, action=actions.astype(np.int32),
+          reward=reward)
+    return dm_env.TimeStep(step_type.astype(np.int32), reward, discount,
+                           observation)
+
+  def reset(self) -> dm_env.TimeStep:
+    observation, _ = self._pool.reset()
+    self._done[:] = False
+    zeros = np.zeros(self._k, np.float32)
+    return self._batch(np.full(self._k, int(dm_env.StepType.FIRST)), zeros,
+                       np.ones(self._k, np.float32), observation,
+                       np.zeros(self._k, np.int32))
+
+  def step(self, actions: np.ndarray) -> dm_env.TimeStep:
+    actions = np.asarray(actions, np.int32)
+    if actions.shape != (self._k,):
+      raise ValueError(f'EnvPoolBatch.step expects int32[{self._k}] actions, '
+                       f'got shape {actions.shape}.')
+    observation, reward, terminated, truncated, _ = self._pool.step(actions)
+    first = self._done  # Rows EnvPool reset in this call.
+    if self._terminal_at_cap is not None and truncated.any():
+      rows = np.flatnonzero(truncated)
+      terminated = terminated.copy()
+      terminated[rows] |= self._terminal_at_cap(observation[rows])
+    done = (terminated | truncated) & ~first
+    step_type = np.where(first, int(dm_env.StepType.FIRST),
+                         np.where(done, int(dm_env.StepType.LAST),
+                                  int(dm_env.StepType.MID)))
+    reward = np.where(first, 0., reward).astype(np.float32)
+    # Terminal -> 0; truncation only -> 1 (the next state's value counts).
+    discount = np.where(terminated & ~first, 0., 1.).astype(np.float32)
+    self._done = done
+    return self._batch(step_type, reward, discount, observation,
+                       np.where(first, 0, actions))
+
+  def close(self) -> None:
+    if not self._closed:
+      self._closed = True
+      self._pool.close()
+
+
+def make_batched_environment(env_id: str, seeds: Sequence[int], *,
+                             engine: str = GYMNASIUM,
+                             num_threads: int = 0,
+                             **kwargs) -> BatchedEnvironment:
+  """K = len(seeds) environments of `env_id` as one `BatchedEnvironment`.
+
+  With `gymnasium`, environment i is `make_environment(env_id, seeds[i],
+  **kwargs)`; with `envpool`, one EnvPool of K environments seeded from
+  `seeds[0]` (EnvPool seeds environment i with `seeds[0] + i`);
+  `num_threads` is EnvPool's (see `EnvPoolBatch`). `kwargs`: `evaluation`,
+  `repeat_action_probability`, `noop_max`, `max_episode_steps`.
+  """
+  validate_engine(env_id, engine)
+  seeds = list(seeds)
+  if engine == ENVPOOL:
+    return EnvPoolBatch(env_id, len(seeds), seeds[0],
+                        num_threads=num_threads, **kwargs)
+  return GymnasiumBatch([make_environment(env_id, seed=s, **kwargs)
+                         for s in seeds])

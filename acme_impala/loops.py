@@ -3,11 +3,13 @@
 With K = 1 use Acme's own `EnvironmentLoop`. This loop keeps the same
 logging contract (`episode_return`, `episode_length`, `steps_per_second`,
 the counter's `actor_steps`), but counts steps in bulk, because the counter
-of a distributed program is a remote call.
+of a distributed program is a remote call. The K environments are one
+`environments.BatchedEnvironment` (gymnasium or EnvPool engine), whose
+finished environments restart on the next step (dm_env's auto-reset).
 """
 
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 from acme.utils import counting
 from acme.utils import loggers
@@ -15,24 +17,26 @@ import dm_env
 import numpy as np
 
 from acme_impala import acting
+from acme_impala import environments
+from acme_impala import types
 
 
 class BatchedEnvironmentLoop:
-  """Runs K dm_env environments with a BatchedIMPALAActor."""
+  """Runs a BatchedEnvironment with a BatchedIMPALAActor."""
 
   def __init__(
       self,
-      environments: Sequence[dm_env.Environment],
+      environment: environments.BatchedEnvironment,
       actor: acting.BatchedIMPALAActor,
       counter: Optional[counting.Counter] = None,
       logger: Optional[loggers.Logger] = None,
       should_update: bool = True,
       count_every: int = 1000,
   ):
-    if len(environments) != actor.num_envs:
-      raise ValueError(f'Got {len(environments)} environments for an actor '
-                       f'of num_envs={actor.num_envs}.')
-    self._envs = list(environments)
+    if environment.num_envs != actor.num_envs:
+      raise ValueError(f'Got {environment.num_envs} environments for an '
+                       f'actor of num_envs={actor.num_envs}.')
+    self._env = environment
     self._actor = actor
     self._counter = counter or counting.Counter()
     self._logger = logger or loggers.make_default_logger('actor')
@@ -42,22 +46,25 @@ class BatchedEnvironmentLoop:
     self._returns = None
     self._lengths = None
 
+  def _observe_firsts(self, timesteps: dm_env.TimeStep, rows) -> None:
+    for i in rows:
+      self._actor.observe_first(int(i), types.timestep_row(timesteps, i))
+
   def run(self, num_steps: Optional[int] = None,
           should_stop: Optional[Callable[[], bool]] = None) -> int:
     """Steps all environments until `num_steps` (summed) or `should_stop()`.
 
-    Returns the number of environment steps taken.
+    Returns the number of environment steps taken (a step that only
+    restarts a finished environment is not one).
     """
-    k = len(self._envs)
+    k = self._env.num_envs
     if self._timesteps is None:
       # Episodes carry on across run() calls, as the adders' streams do.
-      self._timesteps = [env.reset() for env in self._envs]
-      for i, ts in enumerate(self._timesteps):
-        self._actor.observe_first(i, ts)
+      self._timesteps = self._env.reset()
+      self._observe_firsts(self._timesteps, range(k))
       self._returns = np.zeros(k)
       self._lengths = np.zeros(k, np.int64)
-    timesteps, returns, lengths = (self._timesteps, self._returns,
-                                   self._lengths)
+    returns, lengths = self._returns, self._lengths
     steps = 0
     uncounted = 0
     start = time.time()
@@ -65,27 +72,26 @@ class BatchedEnvironmentLoop:
     while num_steps is None or steps < num_steps:
       if should_stop is not None and should_stop():
         break
-      actions = self._actor.select_actions(
-          [ts.observation for ts in timesteps])
-      for i, env in enumerate(self._envs):
-        timesteps[i] = env.step(actions[i])
+      actions = self._actor.select_actions(self._timesteps.observation)
+      timesteps = self._env.step(actions)
+      self._timesteps = timesteps
       self._actor.observe(actions, timesteps)
-      for i, ts in enumerate(timesteps):
-        returns[i] += ts.reward
-        lengths[i] += 1
-        if ts.last():
-          episode = {'episode_return': float(returns[i]),
-                     'episode_length': int(lengths[i])}
-          returns[i], lengths[i] = 0., 0
-          timesteps[i] = self._envs[i].reset()
-          self._actor.observe_first(i, timesteps[i])
-          episode['steps_per_second'] = steps / max(time.time() - start,
-                                                    1e-9)
-          episode.update(counts)
-          episode['actor_steps'] = counts.get('actor_steps', 0)
-          self._logger.write(episode)
-      steps += k
-      uncounted += k
+      step_types = np.asarray(timesteps.step_type)
+      restarted = np.flatnonzero(step_types == int(dm_env.StepType.FIRST))
+      self._observe_firsts(timesteps, restarted)
+      stepped = k - len(restarted)
+      returns += timesteps.reward  # 0 on restarted rows.
+      lengths += step_types != int(dm_env.StepType.FIRST)
+      steps += stepped
+      uncounted += stepped
+      for i in np.flatnonzero(step_types == int(dm_env.StepType.LAST)):
+        episode = {'episode_return': float(returns[i]),
+                   'episode_length': int(lengths[i])}
+        returns[i], lengths[i] = 0., 0
+        episode['steps_per_second'] = steps / max(time.time() - start, 1e-9)
+        episode.update(counts)
+        episode['actor_steps'] = counts.get('actor_steps', 0)
+        self._logger.write(episode)
       if self._should_update:
         self._actor.update()
       if uncounted >= self._count_every:

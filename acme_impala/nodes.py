@@ -282,16 +282,21 @@ class ActorNode:
     self._label = options.label(f'actor_{actor_id}')
     self._options = options
     k = config.envs_per_actor
-    self._envs = [
-        environments.make_environment(
-            config.env_id,
-            seed=node_seed(config, options, _ACTOR_ENV, actor_id, j))
-        for j in range(k)]
+    seeds = [node_seed(config, options, _ACTOR_ENV, actor_id, j)
+             for j in range(k)]
+    self._batched = builder.batched_acting
+    if self._batched:
+      self._env = environments.make_batched_environment(
+          config.env_id, seeds, engine=config.env_engine,
+          num_threads=config.env_threads)
+    else:
+      self._env = environments.make_environment(config.env_id, seed=seeds[0])
     network = builder.make_network()
-    self._adder = builder.make_adder(replay, num_envs=k)
+    self._adder = builder.make_adder(replay, num_envs=k, batched=self._batched)
     self._actor = builder.make_actor(
         network, self._adder, variable_source,
-        seed=node_seed(config, options, _ACTOR_POLICY, actor_id), num_envs=k)
+        seed=node_seed(config, options, _ACTOR_POLICY, actor_id), num_envs=k,
+        batched=self._batched)
     self._counter = counting.Counter(
         lifecycle.Retrying(counter, f'{self._label} -> counter'), 'actor',
         time_delta=1.0)
@@ -314,19 +319,18 @@ class ActorNode:
       if not wait_for_variables(self._actor, self._label):
         return
       try:
-        if len(self._envs) == 1:
-          acme.EnvironmentLoop(self._envs[0], self._actor, self._counter,
-                               self._logger).run()
-        else:
+        if self._batched:
           loops.BatchedEnvironmentLoop(
-              self._envs, self._actor, self._counter, self._logger).run(
+              self._env, self._actor, self._counter, self._logger).run(
                   should_stop=lambda: lp.wait_for_stop(0))
+        else:
+          acme.EnvironmentLoop(self._env, self._actor, self._counter,
+                               self._logger).run()
       finally:
         self._close_adder()
         lp.unregister_stop_handler(self._close_adder)
         self._logger.close()
-        for env in self._envs:
-          env.close()
+        self._env.close()
     lifecycle.run_guarded(self._label, self._options.status_dir, loop)
 
 

@@ -107,7 +107,7 @@ def validate_run(config: config_lib.IMPALAConfig, options: RunOptions,
   of a running program must not, since the run has checkpoints by then).
   """
   config.validate()
-  environments.validate_environment_id(config.env_id)
+  environments.validate_engine(config.env_id, config.env_engine)
   if options.num_actors < 1:
     raise ValueError(f'num_actors={options.num_actors!r} is invalid: '
                      'expected an integer >= 1.')

@@ -35,7 +35,7 @@ FORMAT_VERSION = 1
 # Config fields that change how fast a run goes or how often it saves, not
 # what it learns or what its checkpoints and tables hold.
 RESTORE_MUTABLE_FIELDS = ('checkpoint_period_minutes', 'compile_mode',
-                          'prefetch_size')
+                          'prefetch_size', 'env_threads')
 # What a run's numbers depend on, for the record.
 _PACKAGES = ('tensorflow', 'dm-acme', 'dm-reverb', 'dm-launchpad',
              'dm-sonnet', 'trfl', 'numpy', 'gymnasium', 'ale-py', 'minatar',
@@ -47,9 +47,19 @@ def config_to_dict(config: config_lib.IMPALAConfig) -> Dict[str, Any]:
   return dataclasses.asdict(config)
 
 
+# Fields added after records began, with the value a record without them ran
+# with (a later default must not be read into an older run).
+_VALUES_BEFORE_FIELDS = {'env_engine': 'gymnasium', 'env_threads': 0}
+
+
+def _with_older_values(values: Mapping[str, Any]) -> Dict[str, Any]:
+  return {**_VALUES_BEFORE_FIELDS, **values}
+
+
 def config_from_dict(values: Mapping[str, Any]) -> config_lib.IMPALAConfig:
   """The IMPALAConfig of a recorded dict (JSON lists back to tuples);
   ConfigError naming any field this version does not know."""
+  values = _with_older_values(values)
   hints = typing.get_type_hints(config_lib.IMPALAConfig)
   known = {f.name for f in dataclasses.fields(config_lib.IMPALAConfig)}
   unknown = sorted(set(values) - known)
@@ -152,6 +162,7 @@ def restore_differences(record: Mapping[str, Any],
             'given']
   differences = []
   for i, (old, config) in enumerate(zip(recorded, configs)):
+    old = _with_older_values(old)
     new = json.loads(json.dumps(config_to_dict(config)))
     prefix = f'agent_{i}: ' if len(configs) > 1 else ''
     for name in sorted(set(old) | set(new)):

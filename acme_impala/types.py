@@ -7,9 +7,12 @@ the learner's data iterator hands the learner a `Batch`.
 """
 
 import re
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from acme.adders import reverb as acme_reverb
+import dm_env
+import numpy as np
+import tree
 
 # Acme's default table name, so that Acme's own IMPALA actor and learner read
 # and write the same queue as ours.
@@ -60,3 +63,30 @@ class ReplayRows(NamedTuple):
   """Replayed rows that walk episodes: data [R, T+1, ...], walk_start [R]."""
   data: Any
   walk_start: Any
+
+
+def timestep_row(batch: dm_env.TimeStep, index: int) -> dm_env.TimeStep:
+  """Row `index` of a batch of K timesteps ([K] step types, rewards and
+  discounts, [K, ...] observations: `environments.BatchedEnvironment`'s
+  layout), as one dm_env environment returns it: a `StepType`, float32
+  scalars and the observation nest's row."""
+  return dm_env.TimeStep(
+      step_type=dm_env.StepType(int(batch.step_type[index])),
+      reward=np.float32(batch.reward[index]),
+      discount=np.float32(batch.discount[index]),
+      observation=tree.map_structure(lambda x: x[index], batch.observation))
+
+
+def stack_timesteps(timesteps: Sequence[dm_env.TimeStep]) -> dm_env.TimeStep:
+  """K single-environment timesteps as one batch (`timestep_row`'s inverse).
+  A FIRST timestep's None reward and discount (dm_env.restart's) become 0
+  and 1, what EnvPool gives."""
+  first = [ts.first() for ts in timesteps]
+  return dm_env.TimeStep(
+      step_type=np.array([int(ts.step_type) for ts in timesteps], np.int32),
+      reward=np.array([0. if f else ts.reward
+                       for f, ts in zip(first, timesteps)], np.float32),
+      discount=np.array([1. if f else ts.discount
+                         for f, ts in zip(first, timesteps)], np.float32),
+      observation=tree.map_structure(lambda *xs: np.stack(xs),
+                                     *[ts.observation for ts in timesteps]))

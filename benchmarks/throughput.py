@@ -10,11 +10,23 @@ the learner keeps up with the actors; the queue itself is bounded by
 Acme's own `acme.agents.tf.impala.IMPALA` agent on the same environment and
 the same network class, and prints a Markdown table with the ratio.
 
+With `--engines=gymnasium,envpool` every program setting runs once per
+environment engine (`config.env_engine`), side by side. With
+`--actor_rows=CartPole-v1:64,ALE/Pong-v5:16` it first measures, per engine
+and in a fresh process each: the engine alone (random actions, env steps/s
+of one process), and one actor process alone (the batched actor with the
+config's network, the builder's adder writing to a real Reverb queue that a
+thread drains as a learner would, no learner), and prints the actor's rate
+as a fraction of the engine-only rate.
+
   python benchmarks/throughput.py [--quick] [--config=cartpole] [--env=...]
   python benchmarks/throughput.py --config=atari --settings=1x8,2x8
+  python benchmarks/throughput.py --engines=gymnasium,envpool \
+      --actor_rows=CartPole-v1:64,ALE/Pong-v5:16 --settings=1x64 --skip_acme
 """
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -30,6 +42,9 @@ from absl import flags
 import acme_impala  # pylint: disable=unused-import  # Sets TF2_BEHAVIOR first.
 from acme_impala import configs
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # pylint: disable=g-import-not-at-top
+
 flags.DEFINE_bool('quick', False, 'Fewer settings and shorter runs.')
 flags.DEFINE_string('config', 'cartpole',
                     'Named config (network, batch, unroll) for both agents.')
@@ -41,11 +56,119 @@ flags.DEFINE_list('settings', [], 'num_actors x envs_per_actor settings to '
 flags.DEFINE_list('program_flags', [], 'Extra flags for every program run, '
                   'e.g. --config.batch_size=16.')
 flags.DEFINE_bool('skip_acme', False, 'Skip Acme\'s agent (no ratio column).')
+flags.DEFINE_list('engines', ['gymnasium'], 'Environment engines to run '
+                  'every program setting with (config.env_engine).')
+flags.DEFINE_list('actor_rows', [], 'ENV_ID:K pairs for the actor-only '
+                  'table, e.g. CartPole-v1:64,ALE/Pong-v5:16.')
+flags.DEFINE_float('actor_seconds', 20., 'Seconds of each engine-only and '
+                   'actor-only measurement (after a warm-up).')
+flags.DEFINE_integer('env_threads', 0, "EnvPool's threads per actor "
+                     '(config.env_threads; 0: its default, the cores).')
+flags.DEFINE_string('probe', None, 'Internal: ENGINE:ENV_ID:K:MODE, one '
+                    'measurement in this process, printed as JSON.')
 FLAGS = flags.FLAGS
 
 
 def _env_id():
   return FLAGS.env or configs.get_config(FLAGS.config).env_id
+
+
+def _config_for(env_id):
+  """The named config, or the atari one for an Atari id (its network)."""
+  name = 'atari' if env_id.startswith('ALE/') else FLAGS.config
+  return configs.get_config(name).replace(env_id=env_id)
+
+
+def _probe(engine, env_id, k, mode):
+  """Env steps/s of one process: the engine alone ('env') or one actor
+  ('actor': policy, adder, Reverb queue drained by a thread)."""
+  import threading  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import reverb  # pylint: disable=g-import-not-at-top
+  from acme.utils import loggers  # pylint: disable=g-import-not-at-top
+  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  from acme_impala import loops  # pylint: disable=g-import-not-at-top
+
+  config = _config_for(env_id).replace(
+      envs_per_actor=k, env_engine=engine, env_threads=FLAGS.env_threads)
+  env = environments.make_batched_environment(
+      env_id, seeds=range(k), engine=engine, num_threads=FLAGS.env_threads)
+  if mode == 'env':
+    rng = np.random.default_rng(0)
+    num_actions = environments.environment_spec(env_id).actions.num_values
+    env.reset()
+
+    def run(seconds):
+      steps, start = 0, time.time()
+      while time.time() - start < seconds:
+        env.step(rng.integers(0, num_actions, size=k).astype(np.int32))
+        steps += k
+      return steps / (time.time() - start)
+  else:
+    builder = builder_lib.IMPALABuilder(
+        config, environments.environment_spec(env_id))
+    server = reverb.Server(builder.make_replay_tables())
+    client = reverb.Client(f'localhost:{server.port}')
+
+    def drain():  # As the learner does: the queue never blocks the actor.
+      for _ in client.sample(builder.queue_table, num_samples=10**12):
+        pass
+    threading.Thread(target=drain, daemon=True).start()
+    actor = builder.make_actor(
+        builder.make_network(), builder.make_adder(client, k, batched=True),
+        seed=0, num_envs=k, batched=True)
+    loop = loops.BatchedEnvironmentLoop(env, actor,
+                                        logger=loggers.NoOpLogger(),
+                                        should_update=False)
+
+    def run(seconds):
+      steps, start = 0, time.time()
+      while time.time() - start < seconds:
+        steps += loop.run(num_steps=20 * k)
+      return steps / (time.time() - start)
+  run(min(5., FLAGS.actor_seconds))  # Warm-up: tracing, XLA, first episodes.
+  return run(FLAGS.actor_seconds)
+
+
+def _probe_in_subprocess(engine, env_id, k, mode):
+  cmd = [sys.executable, os.path.abspath(__file__),
+         f'--probe={engine}:{env_id}:{k}:{mode}',
+         f'--actor_seconds={FLAGS.actor_seconds}', f'--config={FLAGS.config}',
+         f'--env_threads={FLAGS.env_threads}']
+  proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        text=True, timeout=600)
+  if proc.returncode != 0:
+    raise RuntimeError(f'probe {engine}:{env_id}:{k}:{mode} failed: '
+                       f'{proc.stderr[-500:]}')
+  return json.loads(proc.stdout.strip().splitlines()[-1])['env_sps']
+
+
+def _actor_table():
+  rows = []
+  for row in FLAGS.actor_rows:
+    env_id, k = row.rsplit(':', 1)
+    for engine in FLAGS.engines:
+      print(f'actor-only: {engine} {env_id} x {k}...', flush=True)
+      env_sps = _probe_in_subprocess(engine, env_id, int(k), 'env')
+      actor_sps = _probe_in_subprocess(engine, env_id, int(k), 'actor')
+      rows.append((env_id, int(k), engine, env_sps, actor_sps))
+  print(f'\nthroughput.py at commit {provenance.git_commit()}: one process '
+        f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
+        f'2 cores; EnvPool threads {FLAGS.env_threads or "min(K, cores)"}; '
+        'actor = batched policy (XLA) + adder into a Reverb queue drained by '
+        'a thread, no learner.\n')
+  print('| environment | envs | engine | engine alone (env steps/s) | '
+        'actor (env steps/s) | actor / engine alone | actor vs gymnasium '
+        'actor |')
+  print('|---|---:|---|---:|---:|---:|---:|')
+  base = {(e, k): a for e, k, engine, _, a in rows if engine == 'gymnasium'}
+  for env_id, k, engine, env_sps, actor_sps in rows:
+    versus = (f'{actor_sps / base[(env_id, k)]:.2f}x'
+              if (env_id, k) in base else '-')
+    print(f'| {env_id} | {k} | {engine} | {env_sps:.0f} | {actor_sps:.0f} | '
+          f'{actor_sps / env_sps:.0%} | {versus} |')
+  print()
 
 
 def _program_run(num_actors, envs_per_actor, steps, extra=()):
@@ -120,6 +243,14 @@ def _acme_run(seconds):
 
 def main(argv):
   del argv
+  if FLAGS.probe:
+    engine, env_id, k, mode = FLAGS.probe.rsplit(':', 3)
+    print(json.dumps({'env_sps': _probe(engine, env_id, int(k), mode)}))
+    return
+  if FLAGS.actor_rows:
+    _actor_table()
+    if not FLAGS.settings:
+      return  # Only the actor-only table was asked for.
   if FLAGS.quick:
     settings = [(1, 8), (2, 8)]
     steps = 40_000
@@ -136,29 +267,37 @@ def main(argv):
     acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
   rows = []
   for num_actors, k in settings:
-    print(f'program: {num_actors} actor(s) x {k} env(s)...', flush=True)
-    rows.append(((num_actors, k), _program_run(num_actors, k, steps,
-                                               FLAGS.program_flags)))
+    for engine in FLAGS.engines:
+      print(f'program: {num_actors} actor(s) x {k} env(s), {engine}...',
+            flush=True)
+      rows.append(((num_actors, k, engine), _program_run(
+          num_actors, k, steps, list(FLAGS.program_flags) + [
+              f'--config.env_engine={engine}',
+              f'--config.env_threads={FLAGS.env_threads}'])))
 
   cfg = configs.get_config(FLAGS.config)
-  print(f'\nTensorFlow CPU, 2 cores; env {_env_id()}; {FLAGS.config} config '
+  print(f'\nthroughput.py at commit {provenance.git_commit()}: '
+        f'TensorFlow CPU, 2 cores; env {_env_id()}; {FLAGS.config} config '
         f'({cfg.network} network, batch '
         f'{cfg.batch_size} x unroll {cfg.unroll_length}, same network for '
         f'both); {steps} actor steps per program run; program flags '
         f'{FLAGS.program_flags or "none"}.\n')
-  print('| agent | actors x envs/actor | env steps/s | learner samples/s | '
-        'queue-wait fraction | policy lag (steps) | vs Acme env steps/s |')
-  print('|---|---|---:|---:|---:|---:|---:|')
+  print('| agent | engine | actors x envs/actor | env steps/s | '
+        'learner samples/s | queue-wait fraction | policy lag (steps) | '
+        'vs Acme env steps/s |')
+  print('|---|---|---|---:|---:|---:|---:|---:|')
   base = acme_row['env_sps']
   if not FLAGS.skip_acme:
-    print(f"| Acme 0.4.0 IMPALA (single process) | 1 x 1 | "
+    print(f"| Acme 0.4.0 IMPALA (single process) | gymnasium | 1 x 1 | "
           f"{acme_row['env_sps']:.0f} | {acme_row['samples_sps']:.0f} | - |"
           f" 0 | 1.0x |")
-  for (n, k), r in rows:
+  for (n, k, engine), r in rows:
     if 'error' in r:
-      print(f'| acme_impala local_mp | {n} x {k} | error: {r["error"]} |')
+      print(f'| acme_impala local_mp | {engine} | {n} x {k} | '
+            f'error: {r["error"]} |')
       continue
-    print(f"| acme_impala local_mp | {n} x {k} | {r['env_sps']:.0f} | "
+    print(f"| acme_impala local_mp | {engine} | {n} x {k} | "
+          f"{r['env_sps']:.0f} | "
           f"{r['samples_sps']:.0f} | {r['wait']:.2f} | {r['lag']:.1f} | "
           + ('-' if FLAGS.skip_acme else f"{r['env_sps'] / base:.1f}x") +
           ' |')

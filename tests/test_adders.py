@@ -16,6 +16,7 @@ import tree
 
 from acme_impala import adders
 from acme_impala import compat
+from acme_impala import types as impala_types
 
 OBS_DIM, NUM_ACTIONS, STATE = 3, 2, 4
 
@@ -145,9 +146,12 @@ def _read(client, name):
       unpack_as_table_signature=True)]
 
 
-@pytest.mark.parametrize('length,period', [(11, 10), (4, 3)])
-def test_batched_adder_equals_k_acme_adders(length, period):
-  """K streams added as [K, ...] batches give each stream Acme's items."""
+@pytest.mark.parametrize('length,period,restart', [
+    (11, 10, 'immediate'), (4, 3, 'immediate'), (4, 3, 'auto')])
+def test_batched_adder_equals_k_acme_adders(length, period, restart):
+  """K streams added as [K, ...] batches give each stream Acme's items,
+  whether an ended stream restarts before the next batch ('immediate') or
+  comes back as a FIRST row of it ('auto': dm_env's auto-reset, EnvPool's)."""
   k, steps = 5, 120
   rng = np.random.default_rng(length)
   signature = acme_adders.SequenceAdder.signature(
@@ -180,6 +184,9 @@ def test_batched_adder_equals_k_acme_adders(length, period):
                              rng.normal(size=(k, STATE)).astype(np.float32))}
     nexts = []
     for i in range(k):
+      if restart == 'auto' and current[i].last():
+        nexts.append(dm_env.restart(obs(i)))
+        continue
       reward = np.float32(rng.normal())
       if rng.random() < 0.2:
         nexts.append(dm_env.TimeStep(dm_env.StepType.LAST, reward,
@@ -189,11 +196,13 @@ def test_batched_adder_equals_k_acme_adders(length, period):
       theirs[i].add(actions[i], nexts[i],
                     _row(extras, i))
     # The batched adder builds its steps from the same arguments.
-    ours.add(actions, nexts, extras)
-    for i in [i for i in range(k) if nexts[i].last()]:
-      nexts[i] = dm_env.restart(obs(i))
-      theirs[i].add_first(nexts[i])
-      ours.add_first(i, nexts[i])
+    ours.add(actions, impala_types.stack_timesteps(nexts), extras)
+    for i in range(k):
+      if restart == 'immediate' and nexts[i].last():
+        nexts[i] = dm_env.restart(obs(i))
+      if nexts[i].first():
+        theirs[i].add_first(nexts[i])
+        ours.add_first(i, nexts[i])
     current = nexts
   ours.close(timeout_ms=10_000)
   for adder in theirs:
@@ -287,7 +296,8 @@ def test_episode_items_hold_each_episode_from_its_first_window():
       else:
         nexts.append(dm_env.transition(np.float32(1.), obs(i),
                                        np.float32(1.)))
-    ours.add(np.zeros(k, np.int32), nexts, extras)
+    ours.add(np.zeros(k, np.int32), impala_types.stack_timesteps(nexts),
+             extras)
     for i in [i for i in range(k) if nexts[i].last()]:
       starts[i] = int(counts[i])
       ours.add_first(i, dm_env.restart(obs(i)))

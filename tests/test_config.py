@@ -40,6 +40,8 @@ def test_defaults_and_named_configs_are_valid():
     ('off_policy_correction', 'retrace', 'vtrace'),
     ('compile_mode', 'jit', 'vtrace_and_optimizer'),
     ('adder', 'episode', 'trajectory'),
+    ('env_engine', 'gpu', "'gymnasium', 'envpool'"),
+    ('env_threads', -1, 'integer'),
     ('lambda_', 1.1, r'\[0.0, 1.0\]'),
     ('clip_rho_threshold', 0.0, 'None'),
     ('mlp_hidden_sizes', (), 'positive integers'),

@@ -333,3 +333,189 @@ def test_bool_observations_become_uint8():
   assert first.dtype == np.uint8 and first[1, 1, 0] == 1 and first.sum() == 1
   step = env.step(1).observation
   assert step.dtype == np.uint8 and step[0, 1, 1] == 1 and step.sum() == 1
+
+
+# --------------------------------------------------------------------------------------
+# Batched engines: gymnasium and EnvPool give the learner the same data.
+# --------------------------------------------------------------------------------------
+
+_FIRST, _MID, _LAST = (int(t) for t in dm_env.StepType)
+
+
+def _assert_same_batch(a, b, *, observations=True, atol=0.):
+  """Two batches agree: step types, rewards, discounts, the OAR previous
+  action and reward exactly; observations (if asked) up to `atol`."""
+  for field in ('step_type', 'reward', 'discount'):
+    x, y = np.asarray(getattr(a, field)), np.asarray(getattr(b, field))
+    assert x.dtype == y.dtype and x.shape == y.shape, field
+    np.testing.assert_array_equal(x, y, err_msg=field)
+  for field in ('action', 'reward'):
+    x, y = getattr(a.observation, field), getattr(b.observation, field)
+    assert x.dtype == y.dtype and x.shape == y.shape, field
+    np.testing.assert_array_equal(x, y, err_msg=f'OAR {field}')
+  x, y = a.observation.observation, b.observation.observation
+  assert x.dtype == y.dtype and x.shape == y.shape
+  assert x.flags['C_CONTIGUOUS'] and y.flags['C_CONTIGUOUS']
+  if observations:
+    np.testing.assert_allclose(x, y, atol=atol, rtol=0)
+
+
+def test_envpool_atari_settings_are_table_g1():
+  settings = environments.envpool_settings('ALE/Pong-v5')
+  assert settings == dict(
+      frame_skip=4, img_height=84, img_width=84, stack_num=4, gray_scale=True,
+      noop_max=30, episodic_life=True, zero_discount_on_life_loss=False,
+      reward_clip=False, use_fire_reset=False, full_action_space=False,
+      repeat_action_probability=0.0, max_episode_steps=27_000)
+  assert not environments.envpool_settings(
+      'ALE/Pong-v5', evaluation=True)['episodic_life']
+  # EnvPool applied them (its defaults differ: FIRE on reset, for one).
+  batch = environments.EnvPoolBatch('ALE/Pong-v5', 2, seed=0)
+  config = batch._pool.config  # pylint: disable=protected-access
+  for name, value in settings.items():
+    assert config[name] == value, name
+  batch.close()
+  # The gymnasium engine's Atari pipeline has the same settings.
+  env = environments.make_environment('ALE/Pong-v5', seed=0)
+  wrapper = env.gymnasium_env
+  while not isinstance(wrapper, gymnasium.wrappers.AtariPreprocessing):
+    wrapper = wrapper.env
+  assert (wrapper.frame_skip, wrapper.noop_max, wrapper.screen_size,
+          wrapper.grayscale_obs) == (4, 30, (84, 84), True)
+  ale = env.gymnasium_env.unwrapped.ale
+  assert ale.getInt('max_num_frames_per_episode') == 27_000 * 4
+  assert ale.getFloat('repeat_action_probability') == 0.0
+  env.close()
+
+
+def _play_atari_in_both_engines(evaluation):
+  """Steps to the first LAST, the engines compared at every step."""
+  kwargs = dict(noop_max=1, evaluation=evaluation)
+  ours = environments.make_batched_environment('ALE/Breakout-v5', [7],
+                                               **kwargs)
+  pool = environments.make_batched_environment(
+      'ALE/Breakout-v5', [7], engine='envpool', **kwargs)
+  _assert_same_batch(ours.reset(), pool.reset())
+  rng = np.random.default_rng(0)
+  rewards, steps = 0., 0
+  while True:
+    actions = rng.integers(0, 4, size=1).astype(np.int32)
+    a, b = ours.step(actions), pool.step(actions)
+    _assert_same_batch(a, b)
+    rewards += float(a.reward[0])
+    steps += 1
+    if a.step_type[0] == _LAST:
+      break
+    assert a.step_type[0] == _MID and steps < 5000
+  assert a.discount[0] == 0.
+  a, b = ours.step(np.zeros(1, np.int32)), pool.step(np.zeros(1, np.int32))
+  # After a life loss EnvPool plays no-op frames first: frames differ.
+  _assert_same_batch(a, b, observations=evaluation)
+  assert a.step_type[0] == _FIRST and a.reward[0] == 0.
+  ours.close()
+  pool.close()
+  return steps, rewards
+
+
+def test_engines_play_the_same_atari_game():
+  """Breakout, one no-op frame at a game's start (noop_max=1, so that the
+  engines' random no-op counts agree), the same actions: the same frames,
+  rewards, step types and discounts, up to the first LAST and the FIRST
+  that follows. In training that LAST is the first life loss (discount 0);
+  in evaluation the same game goes on through it, as MID steps, to the
+  game's end."""
+  train_steps, _ = _play_atari_in_both_engines(evaluation=False)
+  eval_steps, eval_rewards = _play_atari_in_both_engines(evaluation=True)
+  assert eval_steps > train_steps
+  assert eval_rewards > 0  # A real game: bricks were hit.
+
+
+def test_engines_truncate_atari_at_the_step_cap_with_discount_one():
+  kwargs = dict(noop_max=1, evaluation=True, max_episode_steps=30)
+  ours = environments.make_batched_environment('ALE/Pong-v5', [1, 2],
+                                               **kwargs)
+  pool = environments.make_batched_environment('ALE/Pong-v5', [1, 2],
+                                               engine='envpool', **kwargs)
+  _assert_same_batch(ours.reset(), pool.reset())
+  for t in range(31):
+    actions = np.full(2, t % 6, np.int32)
+    a, b = ours.step(actions), pool.step(actions)
+    # The cut episode's final frames differ in a few pixels: the engines
+    # end their frame skip at ALE's frame cap differently.
+    _assert_same_batch(a, b, observations=t != 29)
+    expected = _LAST if t == 29 else (_FIRST if t == 30 else _MID)
+    assert list(a.step_type) == [expected] * 2
+  ours.close()
+  pool.close()
+
+
+def _set_cartpole_state(batch, index, observation):
+  env = batch.environments[index]._environment  # OAR -> GymnasiumToDMEnv  pylint: disable=protected-access
+  env.gymnasium_env.unwrapped.state = np.asarray(observation, np.float64)
+
+
+def test_engines_run_the_same_cartpoles():
+  """EnvPool's CartPole and gymnasium's, put in the same initial state at
+  every episode start, follow the same trajectories under the same actions:
+  the same terminations (discount 0), truncations at the cap (discount 1),
+  restarts, OAR fields and (to float32 rounding) observations."""
+  k, cap = 3, 25
+  pool = environments.make_batched_environment(
+      'CartPole-v1', range(k), engine='envpool', max_episode_steps=cap)
+  ours = environments.make_batched_environment(
+      'CartPole-v1', range(k), max_episode_steps=cap)
+  a, b = ours.reset(), pool.reset()
+  _assert_same_batch(a, b, observations=False)
+  for i in range(k):
+    _set_cartpole_state(ours, i, b.observation.observation[i])
+  rng = np.random.default_rng(0)
+  terminated = truncated = 0
+  for _ in range(600):
+    actions = rng.integers(0, 2, size=k).astype(np.int32)
+    a, b = ours.step(actions), pool.step(actions)
+    stepped = a.step_type != _FIRST
+    _assert_same_batch(a, b, observations=False)
+    np.testing.assert_allclose(a.observation.observation[stepped],
+                               b.observation.observation[stepped], atol=1e-5)
+    for i in np.flatnonzero(~stepped):
+      _set_cartpole_state(ours, i, b.observation.observation[i])
+    last = a.step_type == _LAST
+    terminated += int(np.sum(last & (a.discount == 0.)))
+    truncated += int(np.sum(last & (a.discount == 1.)))
+  assert terminated >= 10 and truncated >= 3, (terminated, truncated)
+  ours.close()
+  pool.close()
+
+
+@pytest.mark.parametrize('env_id,state', [
+    ('CartPole-v1', lambda rng: rng.uniform(-0.3, 0.3, 4) * [10, 1, 1, 1]),
+    ('MountainCar-v0', lambda rng: [rng.uniform(0.4, 0.6),
+                                    rng.uniform(-0.05, 0.07)]),
+    ('Acrobot-v1', lambda rng: rng.uniform(-np.pi, np.pi, 4))])
+def test_termination_rule_at_the_cap_is_gymnasiums(env_id, state):
+  """The rule EnvPoolBatch applies to rows EnvPool truncates agrees with
+  gymnasium's own `terminated` from random states."""
+  rule = environments._classic_control_terminal(env_id)  # pylint: disable=protected-access
+  game = gymnasium.make(env_id).unwrapped
+  game.reset(seed=0)
+  rng = np.random.default_rng(0)
+  outcomes = []
+  for _ in range(300):
+    game.state = np.asarray(state(rng), np.float64)
+    game.steps_beyond_terminated = None  # CartPole warns otherwise.
+    observation, _, terminated, _, _ = game.step(int(rng.integers(0, 2)))
+    assert rule(observation[None])[0] == terminated
+    outcomes.append(terminated)
+  assert 10 < sum(outcomes) < 290  # Both outcomes were checked.
+
+
+def test_engine_errors_name_the_value():
+  with pytest.raises(ValueError, match="MinAtar/Breakout-v1.*env_engine='gymnasium'"):
+    environments.validate_engine('MinAtar/Breakout-v1', 'envpool')
+  with pytest.raises(ValueError, match='TicTacToe3D'):
+    environments.validate_engine('ALE/TicTacToe3D-v5', 'envpool')
+  with pytest.raises(ValueError, match="'gpu'.*'gymnasium', 'envpool'"):
+    environments.validate_engine('CartPole-v1', 'gpu')
+  environments.validate_engine('ALE/Pong-v5', 'envpool')
+  with pytest.raises(ValueError, match=r'int32\[2\] actions'):
+    environments.EnvPoolBatch('CartPole-v1', 2).step(np.zeros(3, np.int32))

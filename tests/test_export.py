@@ -14,6 +14,7 @@ from acme_impala import configs
 from acme_impala import environments
 from acme_impala import export
 from acme_impala import networks
+from acme_impala import types as impala_types
 
 B = 3  # Environments acting in one batch.
 STEPS = 40
@@ -87,7 +88,8 @@ def _act(network):
   acted = {k: [] for k in ('action', 'logits', 'hidden', 'cell')}
   for _ in range(STEPS):
     observations = [t.observation for t in timesteps]
-    actions = actor.select_actions(observations)
+    actions = actor.select_actions(
+        impala_types.stack_timesteps(timesteps).observation)
     # The actor shows its logits and LSTM state to its adder only.
     acted['logits'].append(actor._extras['logits'])  # pylint: disable=protected-access
     state = actor._state  # pylint: disable=protected-access

@@ -124,8 +124,9 @@ def _actor_probe() -> dict:
                              builder.make_adder(client, num_envs=k), seed=0,
                              num_envs=k)
   loop = loops.BatchedEnvironmentLoop(
-      [environments.make_environment(config.env_id, seed=i)
-       for i in range(k)], actor, counting.Counter(time_delta=1.0),
+      environments.make_batched_environment(config.env_id, seeds=range(k),
+                                            engine=config.env_engine),
+      actor, counting.Counter(time_delta=1.0),
       loggers_lib.make_logger('actor_0', tempfile.mkdtemp(),
                               steps_key='actor_steps',
                               terminal_time_delta=3600.,

@@ -65,7 +65,31 @@ def test_restore_accepts_run_options_and_mechanics(tmp_path):
   # The annealing horizon comes from the budget: the given (not effective)
   # configs are compared, so a new budget passes.
   run_record.check_restore(str(tmp_path), [config.replace(
-      checkpoint_period_minutes=1.0, compile_mode='none', prefetch_size=4)])
+      checkpoint_period_minutes=1.0, compile_mode='none', prefetch_size=4,
+      env_threads=2)])
+
+
+def test_records_older_than_the_engine_field_ran_gymnasium(tmp_path):
+  """A record written before `env_engine` existed ran the gymnasium
+  engine: it restores as such, whatever today's default, and a restore
+  asking for EnvPool names the change."""
+  config = configs.get_config('cartpole').replace(env_engine='gymnasium')
+  _record(str(tmp_path), config)
+  path = os.path.join(tmp_path, 'config.json')
+  with open(path) as f:
+    record = json.load(f)
+  for key in ('configs', 'effective_configs'):
+    for values in record[key]:
+      del values['env_engine'], values['env_threads']
+  with open(path, 'w') as f:
+    json.dump(record, f)
+  assert run_record.load_config(str(tmp_path)).env_engine == 'gymnasium'
+  run_record.check_restore(str(tmp_path), [config])
+  with pytest.raises(ValueError,
+                     match="config.env_engine: 'gymnasium' recorded, "
+                     "'envpool' given"):
+    run_record.check_restore(str(tmp_path),
+                             [config.replace(env_engine='envpool')])
 
 
 def test_sweep_differences_name_the_agent(tmp_path):
