@@ -740,6 +740,7 @@ class EnvPoolBatch(BatchedEnvironment):
     self._terminal_at_cap = (None if self._atari else
                              _classic_control_terminal(env_id))
     self._done = np.zeros(num_envs, bool)
+    self._ids = np.arange(num_envs)
     self._closed = False
 
   @property
@@ -774,7 +775,13 @@ class EnvPoolBatch(BatchedEnvironment):
     if actions.shape != (self._k,):
       raise ValueError(f'EnvPoolBatch.step expects int32[{self._k}] actions, '
                        f'got shape {actions.shape}.')
-    observation, reward, terminated, truncated, _ = self._pool.step(actions)
+    observation, reward, terminated, truncated, info = self._pool.step(
+        actions)
+    if not np.array_equal(info['env_id'], self._ids):
+      # A synchronous pool returns its rows in environment order; checked
+      # since the rows are the adders' streams.
+      raise RuntimeError(f'EnvPool returned rows {info["env_id"]}, expected '
+                         f'{self._ids}.')
     first = self._done  # Rows EnvPool reset in this call.
     if self._terminal_at_cap is not None and truncated.any():
       rows = np.flatnonzero(truncated)
