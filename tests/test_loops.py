@@ -36,28 +36,36 @@ def _flush(made):
   made.flush(timeout_ms=10_000)
 
 
-def _items(config, net, spec):
+def _run_items(config, net, spec, k, steps, first_seed=0, **env_kwargs):
+  """(adder, the queue's items, steps taken) after `steps` actor steps of
+  a batched actor on k environments of `config.env_engine`."""
   builder = builder_lib.IMPALABuilder(config, spec)
-  table = reverb.Table.queue(
+  server = reverb.Server([reverb.Table.queue(
       types.QUEUE_TABLE, max_size=100_000,
-      signature=builder.trajectory_signature(net))
-  server = reverb.Server([table], port=None)
+      signature=builder.trajectory_signature(net))], port=None)
   client = reverb.Client(f'localhost:{server.port}')
-  made = builder.make_adder(client, num_envs=K)
-  actor = builder.make_actor(net, made, seed=3, num_envs=K)
+  made = builder.make_adder(client, num_envs=k, batched=True)
+  actor = builder.make_actor(net, made, seed=3, num_envs=k, batched=True)
   envs = environments.make_batched_environment(
-      config.env_id, seeds=range(K), engine=config.env_engine)
-  loop = loops.BatchedEnvironmentLoop(envs, actor,
-                                      logger=loggers.NoOpLogger(),
-                                      should_update=False)
-  # Restart-only steps are not counted, so the count may pass STEPS.
-  assert STEPS <= loop.run(num_steps=STEPS) < STEPS + K
+      config.env_id, seeds=range(first_seed, first_seed + k),
+      engine=config.env_engine, **env_kwargs)
+  taken = loops.BatchedEnvironmentLoop(
+      envs, actor, logger=loggers.NoOpLogger(),
+      should_update=False).run(num_steps=steps)
+  envs.close()
   _flush(made)
   size = client.server_info()[types.QUEUE_TABLE].current_size
   items = [s.data for s in client.sample(
       types.QUEUE_TABLE, num_samples=size, emit_timesteps=False,
       unpack_as_table_signature=True)]
   server.stop()
+  return made, items, taken
+
+
+def _items(config, net, spec):
+  made, items, taken = _run_items(config, net, spec, K, STEPS)
+  # Restart-only steps are not counted, so the count may pass STEPS.
+  assert STEPS <= taken < STEPS + K
   return made, items
 
 
@@ -154,27 +162,8 @@ def test_learner_dataset_reads_the_same_items_from_both_adders(engine):
 
 
 def _engine_items(config, net, spec, k, steps, **env_kwargs):
-  """The queue's items after `steps` actor steps on `config.env_engine`."""
-  builder = builder_lib.IMPALABuilder(config, spec)
-  server = reverb.Server([reverb.Table.queue(
-      types.QUEUE_TABLE, max_size=100_000,
-      signature=builder.trajectory_signature(net))], port=None)
-  client = reverb.Client(f'localhost:{server.port}')
-  made = builder.make_adder(client, num_envs=k, batched=True)
-  actor = builder.make_actor(net, made, seed=3, num_envs=k, batched=True)
-  envs = environments.make_batched_environment(
-      config.env_id, seeds=range(10, 10 + k), engine=config.env_engine,
-      **env_kwargs)
-  loops.BatchedEnvironmentLoop(envs, actor, logger=loggers.NoOpLogger(),
-                               should_update=False).run(num_steps=steps)
-  envs.close()
-  _flush(made)
-  size = client.server_info()[types.QUEUE_TABLE].current_size
-  items = [s.data for s in client.sample(
-      types.QUEUE_TABLE, num_samples=size, emit_timesteps=False,
-      unpack_as_table_signature=True)]
-  server.stop()
-  return items
+  return _run_items(config, net, spec, k, steps, first_seed=10,
+                    **env_kwargs)[1]
 
 
 def test_engines_write_the_same_atari_trajectories():
