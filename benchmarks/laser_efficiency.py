@@ -244,6 +244,8 @@ def main(argv):
              # The README's LASER tables were measured with 8 environments
              # per actor (the cartpole config's default until issue 13).
              '--config.envs_per_actor=8',
+             # ... and the gymnasium engine (EnvPool has no MinAtar games).
+             '--config.env_engine=gymnasium',
              f'--max_actor_steps={FLAGS.max_actor_steps}',
              f'--logdir={logdir}', f'--config.env_id={FLAGS.env}',
              f'--config.seed={seed}'] + list(FLAGS.base_flags) + args

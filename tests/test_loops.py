@@ -180,7 +180,8 @@ def test_engines_write_the_same_atari_trajectories():
   net = networks.make_network(config, spec.actions.num_values)
   tf2_utils.create_variables(net, [spec.observations])
   kwargs = dict(noop_max=1, evaluation=True)
-  ours = _engine_items(config, net, spec, 2, 160, **kwargs)
+  ours = _engine_items(config.replace(env_engine='gymnasium'), net, spec, 2,
+                       160, **kwargs)
   pools = _engine_items(config.replace(env_engine='envpool'), net, spec, 2,
                         160, **kwargs)
   assert len(ours) == len(pools) >= 2 * (160 // 2 // T - 1)

@@ -48,4 +48,10 @@ def get_config() -> config_lib.IMPALAConfig:
       rmsprop_epsilon=0.01,
       rmsprop_momentum=0.0,
       max_gradient_norm=40.0,
+      # Not in the paper (its actors ran one environment each, on many
+      # machines): 2 actors x 8 environments on EnvPool was the fastest
+      # program measured on 2 cores, 808 env steps/s on Pong against 570
+      # with gymnasium (README, "Environment engines").
+      envs_per_actor=8,
+      env_engine='envpool',
   )
