@@ -43,6 +43,7 @@ def main(argv, overrides):
   config = run.agents[0].config
   print(f'impala_lp: logdir={logdir} launch_type={FLAGS.lp_launch_type} '
         f'num_actors={FLAGS.num_actors} envs_per_actor={config.envs_per_actor}'
+        f' env_engine={config.env_engine}'
         f' max_actor_steps={FLAGS.max_actor_steps} '
         f'lr_anneal_steps={config.lr_anneal_steps}', flush=True)
   launch.print_run_files('impala_lp', logdir)
