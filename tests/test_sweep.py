@@ -46,7 +46,7 @@ def test_replay_mixing_runs_and_stops_without_deadlock(tmp_path, f, extra):
       '--lp_launch_type=local_mp', f'--logdir={logdir}', '--num_actors=1',
       # With f = 1 nothing blocks the actors: give the learner time to
       # compile and step before the budget is spent, even on a busy machine.
-      f'--max_actor_steps={20000 if f < 1 else 60000}', '--noevaluator',
+      f'--max_actor_steps={20000 if f < 1 else 30000}', '--noevaluator',
       f'--config.replay_fraction={f}'] + extra)
   assert rc == 0, out[-4000:]
   rows = _learner_rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
