@@ -288,6 +288,11 @@ class BackgroundIterator:
       return item
 
 
+def _is_batched(num_envs: int, batched: Optional[bool]) -> bool:
+  """An explicit choice, else batched for more than one environment."""
+  return num_envs > 1 if batched is None else batched
+
+
 class IMPALABuilder:
   """Builds IMPALA's Reverb tables, data iterator, adders, actors, learner."""
 
@@ -530,7 +535,7 @@ class IMPALABuilder:
     single-environment adders.
     """
     cfg = self._config
-    if not (num_envs > 1 if batched is None else batched):
+    if not _is_batched(num_envs, batched):
       return self._single_adder(replay_client)
     if cfg.adder == 'trajectory':
       return adders_lib.BatchedTrajectoryAdder(
@@ -570,7 +575,7 @@ class IMPALABuilder:
           variable_source, network, cfg.variable_update_period,
           policy_version)
     recorded = policy_version if cfg.record_policy_version else None
-    if not (num_envs > 1 if batched is None else batched):
+    if not _is_batched(num_envs, batched):
       return acting.IMPALAActor(network, adder, client, seed=seed,
                                 policy_version=recorded,
                                 agent_id=self._agent_id)

@@ -839,8 +839,11 @@ def make_batched_environment(env_id: str, seeds: Sequence[int], *,
   `num_threads` is EnvPool's (see `EnvPoolBatch`). `kwargs`: `evaluation`,
   `repeat_action_probability`, `noop_max`, `max_episode_steps`.
   """
-  validate_engine(env_id, engine)
   seeds = list(seeds)
+  if engine not in (GYMNASIUM, ENVPOOL):
+    validate_engine(env_id, engine)  # Raises, naming the engine.
+  # Each engine's constructor validates the id (EnvPoolBatch against
+  # EnvPool's list), so it is not checked twice here.
   if engine == ENVPOOL:
     return EnvPoolBatch(env_id, len(seeds), seeds[0],
                         num_threads=num_threads, **kwargs)
