@@ -26,6 +26,7 @@ import tensorflow as tf
 import tree
 
 from acme_impala import compat
+from acme_impala import tf_calls
 from acme_impala import types
 
 
@@ -41,17 +42,16 @@ def sample_categorical(rng: np.random.Generator, logits: np.ndarray
 
 
 def policy_function(network: snt.RNNCore):
-  """`network.__call__` as one XLA-compiled TensorFlow function.
+  """`network.__call__` as one TensorFlow graph, called through tf.data.
 
-  TF 2.8 leaks about 420 bytes of native memory on every call of a
-  tf.function that is not XLA-compiled (an intra-process rendezvous per call
-  kept in the eager context's table, tensorflow#50765, fixed in TF 2.12): at
-  a policy call per actor step that is gigabytes a day per actor. An
-  XLA-compiled function runs as one kernel, without that rendezvous
-  (tests/test_memory.py measures both). AutoGraph is off: the networks have
-  no Python control flow on tensors.
+  Graph mode runs TensorFlow's own kernels (oneDNN's convolutions on the
+  Atari torsos: 1.6-2.3x faster than the same network XLA-compiled, see
+  `benchmarks/policy_bench.py`); tf.data spares it TF 2.8's per-call leak
+  (`tf_calls`). AutoGraph is off: the networks have no Python control flow
+  on tensors.
   """
-  return tf.function(network.__call__, autograph=False, jit_compile=True)
+  return tf_calls.DataPipelineFunction(
+      tf.function(network.__call__, autograph=False))
 
 
 class _TolerantUpdates:
@@ -154,8 +154,6 @@ class IMPALAActor(core.Actor):
     self._agent_id = agent_id
     self._rng = np.random.default_rng(seed)
     # One graph call per step: the per-call floor of TF dominates otherwise.
-    # XLA-compiled (`policy_function`): TF 2.8 leaks memory on every call of
-    # a function that is not.
     self._policy = policy_function(network)
     self._state = None
     self._prev_state = None

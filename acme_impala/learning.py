@@ -22,7 +22,6 @@ by the batch itself (`types.Batch.online`); plain Acme samples are all
 online.
 """
 
-import collections
 import functools
 import time
 from typing import Dict, List, Mapping, Optional
@@ -41,6 +40,7 @@ import tree
 from acme_impala import compat
 from acme_impala import config as config_lib
 from acme_impala import losses
+from acme_impala import tf_calls
 from acme_impala import trust_region
 from acme_impala import types
 from acme_impala import vtrace
@@ -269,17 +269,10 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     # the first step, the longest wait of a program's start-up.
     self._step_fn = tf.function(self._step, jit_compile=(mode == 'full'),
                                 autograph=False)
-    # TF 2.8 leaks ~420 bytes of native memory on every eager call of a
-    # tf.function that is not XLA-compiled (an intra-process rendezvous per
-    # call, kept by the eager context: tensorflow#50765, fixed in TF 2.12);
-    # at one call per update that was a learner growing ~1.5 MB/min on
-    # CartPole. The update therefore runs as the map function of a tf.data
-    # pipeline fed one batch at a time (`_update`): eagerly there is only the
-    # iterator's get-next op, and tf.data runs the function in its own
-    # runtime, which keeps nothing per call (tests/test_memory.py).
-    self._pending = collections.deque()
-    self._updates = None
-    self._signature = None
+    # Run through tf.data, not called eagerly: TF 2.8 leaks native memory on
+    # every eager call of a function that is not XLA-compiled (at one call
+    # per update, a learner growing ~1.5 MB/min on CartPole; see tf_calls).
+    self._update = tf_calls.DataPipelineFunction(self._step_fn)
 
     # LASER's recomputed states: the LSTM state each replayed row carries
     # into its next trajectory, as this network computed it on the row's
@@ -486,36 +479,6 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         self._config.batch_size)
     metrics['queue_wait_fraction'] = self._wait_time / total if total else 0.
     self._logger.write(metrics)
-
-  def _update(self, data, online, walk_start) -> Dict[str, tf.Tensor]:
-    """`_step_fn(data, online, walk_start)`, run by tf.data (see __init__).
-
-    The pipeline is made at the first batch, with its shapes and dtypes;
-    each call hands the batch to the pipeline's generator and takes one
-    element, so the update runs exactly once per call, in order.
-    """
-    args = (data, online, walk_start)
-    if self._updates is None:
-      pending = self._pending
-
-      def batches():
-        while True:
-          yield pending.popleft()
-
-      signature = tree.map_structure(
-          lambda x: tf.TensorSpec(np.shape(x), tf.as_dtype(x.dtype)), args)
-      options = tf.data.Options()
-      # No element may be asked for before its batch is handed over.
-      options.experimental_optimization.map_parallelization = False
-      self._updates = iter(tf.data.Dataset.from_generator(
-          batches, output_signature=signature).map(
-              self._step_fn).with_options(options))
-      self._signature = signature
-    # Batches may come as equal namedtuples of different classes (Acme's,
-    # and those Reverb rebuilds from a signature): one structure for tf.data.
-    self._pending.append(tree.unflatten_as(self._signature,
-                                           tree.flatten(args)))
-    return next(self._updates)
 
   def get_variables(self, names: List[str]) -> List[List[np.ndarray]]:
     """Serves the groups named in `names` ('policy', 'learner_steps')."""

@@ -1,0 +1,124 @@
+"""The actors' policy call: XLA-compiled vs a graph called through tf.data.
+
+Run as `python benchmarks/policy_bench.py` (`--quick` for fewer repeats).
+For each network of the configs (CartPole's MLP+LSTM(64), the Atari
+config's shallow torso + LSTM(256), and the deep torso) and each number K
+of environments per actor, it times one policy step on K observations as
+the batched actor makes it (an OAR nest with the previous action and reward,
+the LSTM state as numpy arrays, the logits read back as numpy), three ways:
+
+  - `xla`: `tf.function(jit_compile=True)` called eagerly (the actors'
+    policy before this benchmark);
+  - `graph`: the same function without XLA, called eagerly (TensorFlow's
+    own kernels, oneDNN's with `TF_ENABLE_ONEDNN_OPTS=1`; leaks ~420 bytes
+    per call on TF 2.8, so not usable as is: tests/test_memory.py);
+  - `graph via tf.data`: the same graph run by `tf_calls.
+    DataPipelineFunction` (`acting.policy_function`, the actors' policy now).
+
+The three are checked to give the same logits first. Repeats are
+interleaved (the order rotated each round) and the median reported.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# pylint: disable=g-import-not-at-top
+import acme_impala  # pylint: disable=unused-import  # Sets oneDNN first.
+from acme.wrappers import observation_action_reward
+import numpy as np
+import tensorflow as tf
+import tree
+
+from acme_impala import acting
+from acme_impala import configs
+from acme_impala import environments
+from acme_impala import networks
+
+import provenance  # benchmarks/ is on sys.path as the script's directory.
+
+_CASES = (
+    ('CartPole-v1, MLP+LSTM(64)', 'cartpole', {}, (1, 8, 64)),
+    ('ALE/Pong-v5, shallow+LSTM(256)', 'atari', {}, (1, 8, 16)),
+    ('ALE/Pong-v5, deep+LSTM(256)', 'atari', {'network': 'deep'}, (8, 16)),
+)
+
+
+def _inputs(spec, k, rng):
+  observation = spec.observations.observation  # The environments give OARs.
+  if observation.dtype == np.uint8:
+    frames = rng.integers(0, 256, (k,) + observation.shape, dtype=np.uint8)
+  else:
+    frames = rng.normal(size=(k,) + observation.shape).astype(
+        observation.dtype)
+  return observation_action_reward.OAR(
+      observation=frames,
+      action=rng.integers(0, spec.actions.num_values, k).astype(np.int32),
+      reward=rng.normal(size=k).astype(np.float32))
+
+
+def _time(fn, inputs, state, calls):
+  start = time.perf_counter()
+  for _ in range(calls):
+    (logits, _), _ = fn(inputs, state)
+    logits.numpy()
+  return (time.perf_counter() - start) / calls * 1e3
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--quick', action='store_true',
+                      help='5 rounds instead of 15')
+  args = parser.parse_args()
+  rounds = 5 if args.quick else 15
+  rng = np.random.default_rng(0)
+  print(f'policy_bench.py at commit {provenance.git_commit()}: TensorFlow '
+        f'{tf.__version__}, {len(os.sched_getaffinity(0))} CPU(s), '
+        f'TF_ENABLE_ONEDNN_OPTS={os.environ.get("TF_ENABLE_ONEDNN_OPTS")}; '
+        f'median of {rounds} interleaved rounds of ~0.3 s each.\n')
+  print('| network | K | xla (ms) | graph (ms) | graph via tf.data (ms) '
+        '| tf.data vs xla |')
+  print('|---|---:|---:|---:|---:|---:|')
+  for name, config_name, overrides, ks in _CASES:
+    config = configs.get_config(config_name).replace(**overrides)
+    spec = environments.environment_spec(config.env_id)
+    network = networks.make_network(config, spec.actions.num_values)
+    for k in ks:
+      inputs = _inputs(spec, k, rng)
+      state = tree.map_structure(np.asarray, network.initial_state(k))
+      fns = {
+          'xla': tf.function(network.__call__, autograph=False,
+                             jit_compile=True),
+          'graph': tf.function(network.__call__, autograph=False),
+          'graph via tf.data': acting.policy_function(network),
+      }
+      reference = None
+      for label, fn in fns.items():  # Trace, compile, check.
+        for _ in range(3):
+          (logits, _), _ = fn(inputs, state)
+        if reference is None:
+          reference = logits.numpy()
+        np.testing.assert_allclose(logits.numpy(), reference, rtol=1e-4,
+                                   atol=1e-5, err_msg=label)
+      # Calls per timed repeat: about 0.3 s of the slowest.
+      calls = max(5, int(0.3e3 / max(_time(f, inputs, state, 5)
+                                     for f in fns.values())))
+      times = {label: [] for label in fns}
+      labels = list(fns)
+      for r in range(rounds):
+        for label in labels[r % 3:] + labels[:r % 3]:
+          times[label].append(_time(fns[label], inputs, state, calls))
+      ms = {label: statistics.median(t) for label, t in times.items()}
+      print(f'| {name} | {k} | {ms["xla"]:.2f} | {ms["graph"]:.2f} | '
+            f'{ms["graph via tf.data"]:.2f} | '
+            f'{ms["xla"] / ms["graph via tf.data"]:.2f}x |', flush=True)
+
+
+if __name__ == '__main__':
+  main()
