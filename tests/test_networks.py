@@ -133,3 +133,38 @@ def test_reward_is_clipped_and_action_one_hot():
   emb_one = net._embed(OAR(obs, tf.constant([2]), tf.constant([1.])))
   np.testing.assert_allclose(emb_big.numpy(), emb_one.numpy())
   assert emb_one.numpy()[0, -4:].tolist() == [0., 0., 1., 1.]
+
+
+def test_shallow_torso_on_frames_is_the_papers_formula():
+  """uint8 frames: the torso's rescaled first layer equals the layers applied
+  to frames / 255 (the direct formula, with the module's own variables), in
+  value and in every variable's gradient."""
+  torso = networks.ShallowAtariTorso()
+  rng = np.random.default_rng(0)
+  frames = rng.integers(0, 256, (3, 84, 84, 4), dtype=np.uint8)
+  torso(frames)  # Creates the variables.
+  conv1, conv2, linear = torso._conv1, torso._rest._layers[1], torso._rest._layers[4]  # pylint: disable=protected-access
+  # Non-zero biases, so the rescaling of the first bias is exercised.
+  for v in torso.trainable_variables:
+    v.assign(v + rng.normal(size=v.shape).astype(np.float32) * 0.1)
+
+  def direct(x):
+    h = tf.nn.relu(tf.nn.conv2d(tf.cast(x, tf.float32) / 255., conv1.w, 4,
+                                'VALID') + conv1.b)
+    h = tf.nn.relu(tf.nn.conv2d(h, conv2.w, 2, 'VALID') + conv2.b)
+    return tf.nn.relu(tf.matmul(tf.reshape(h, [3, -1]), linear.w) + linear.b)
+
+  variables = torso.trainable_variables
+  with tf.GradientTape(persistent=True) as tape:
+    got, want = torso(frames), direct(frames)
+    got_loss, want_loss = tf.reduce_sum(got ** 2), tf.reduce_sum(want ** 2)
+  assert float(tf.reduce_mean(tf.cast(want > 0, tf.float32))) > 0.05
+  np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+  for v, g, w in zip(variables, tape.gradient(got_loss, variables),
+                     tape.gradient(want_loss, variables)):
+    np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-3, atol=1e-4,
+                               err_msg=v.name)
+  # Float inputs are taken as they are (no scaling).
+  scaled = frames.astype(np.float32) / 255.
+  np.testing.assert_allclose(torso(scaled).numpy(), want.numpy(), rtol=1e-4,
+                             atol=1e-5)
