@@ -127,7 +127,7 @@ def _probe(engine, env_id, k, mode):
       while time.time() - start < seconds:
         steps += loop.run(num_steps=20 * k)
       return steps / (time.time() - start)
-  run(min(5., FLAGS.actor_seconds))  # Warm-up: tracing, XLA, first episodes.
+  run(min(5., FLAGS.actor_seconds))  # Warm-up: tracing, first episodes.
   return run(FLAGS.actor_seconds)
 
 
@@ -156,7 +156,7 @@ def _actor_table():
   print(f'\nthroughput.py at commit {provenance.git_commit()}: one process '
         f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
         f'2 cores; EnvPool threads {FLAGS.env_threads or "min(K, cores)"}; '
-        'actor = batched policy (XLA) + adder into a Reverb queue drained by '
+        'actor = batched policy (one graph call via tf.data) + adder into a Reverb queue drained by '
         'a thread, no learner.\n')
   print('| environment | envs | engine | engine alone (env steps/s) | '
         'actor (env steps/s) | actor / engine alone | actor vs gymnasium '
