@@ -156,8 +156,8 @@ def _actor_table():
   print(f'\nthroughput.py at commit {provenance.git_commit()}: one process '
         f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
         f'2 cores; EnvPool threads {FLAGS.env_threads or "min(K, cores)"}; '
-        'actor = batched policy (one graph call via tf.data) + adder into a Reverb queue drained by '
-        'a thread, no learner.\n')
+        'actor = batched policy (one graph call via tf.data) + adder into '
+        'a Reverb queue drained by a thread, no learner.\n')
   print('| environment | envs | engine | engine alone (env steps/s) | '
         'actor (env steps/s) | actor / engine alone | actor vs gymnasium '
         'actor |')
