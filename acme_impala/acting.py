@@ -45,7 +45,7 @@ def policy_function(network: snt.RNNCore):
   """`network.__call__` as one TensorFlow graph, called through tf.data.
 
   Graph mode runs TensorFlow's own kernels (oneDNN's convolutions on the
-  Atari torsos: 1.6-2.3x faster than the same network XLA-compiled, see
+  Atari torsos: 1.4-2.6x faster than the same network XLA-compiled, see
   `benchmarks/policy_bench.py`); tf.data spares it TF 2.8's per-call leak
   (`tf_calls`). AutoGraph is off: the networks have no Python control flow
   on tensors.

@@ -7,7 +7,7 @@ call per actor step or per learner update that is megabytes a minute per
 process (tests/test_memory.py measures it).
 
 XLA-compiling the function avoids the rendezvous but gives up TensorFlow's
-own kernels: on the Atari network the actor's policy ran 1.6-2.3x slower
+own kernels: on the Atari networks the actor's policy ran 1.4-2.6x slower
 under XLA than as a graph with oneDNN's convolutions (`benchmarks/
 policy_bench.py`). `DataPipelineFunction` keeps the graph and drops the
 leak: each call's arguments are handed to a tf.data pipeline whose map
@@ -73,7 +73,3 @@ class DataPipelineFunction:
         arguments, output_signature=signature)
     iterator = iter(dataset.map(self._fn).with_options(options))
     return signature, iterator, pending
-
-  def close(self) -> None:
-    """Drops the pipelines (their generator threads stop with them)."""
-    self._pipelines.clear()
