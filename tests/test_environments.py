@@ -240,6 +240,15 @@ def test_other_classic_control(env_id):
 # ---- Atari -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize('shape', [(4, 84, 84), (3, 4, 84, 84), (2, 5, 3, 7)])
+def test_frames_last_is_moveaxis_as_a_new_contiguous_array(shape):
+  frames = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+  out = environments.frames_last(frames)
+  np.testing.assert_array_equal(out, np.moveaxis(frames, -3, -1))
+  assert out.dtype == np.uint8 and out.flags['C_CONTIGUOUS']
+  assert not np.shares_memory(out, frames)  # EnvPool reuses its buffers.
+
+
 def test_atari_pong_observations_and_spec():
   import ale_py  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (pinned: must not skip)
   env = environments.make_environment('ALE/Pong-v5', seed=0)
