@@ -9,7 +9,7 @@ finished environments restart on the next step (dm_env's auto-reset).
 """
 
 import time
-from typing import Callable, Optional
+from typing import Callable, Dict, List, Optional
 
 from acme.utils import counting
 from acme.utils import loggers
@@ -100,3 +100,54 @@ class BatchedEnvironmentLoop:
     if uncounted:
       self._counter.increment(steps=uncounted)
     return steps
+
+
+def evaluation_episodes(
+    environment: environments.BatchedEnvironment,
+    actor: acting.BatchedIMPALAActor,
+    should_stop: Optional[Callable[[], bool]] = None,
+    stop_check_every: int = 100,
+) -> Optional[List[Dict[str, float]]]:
+  """One episode in each of the K environments, played at once.
+
+  An evaluation round: every environment restarts, the K episodes run side
+  by side with one policy call per step and the actor's current weights
+  (the caller refreshes them before the round, not during it), and each
+  environment counts only its first episode, so the K returns are an
+  unbiased sample of one policy's returns however long each episode is.
+  Rows that finished keep stepping (auto-reset) until the last one ends;
+  their further episodes are not counted.
+
+  Returns K rows (`episode_return`, `episode_length`, `steps_per_second`:
+  counted environment steps per second of the round), or None when
+  `should_stop()` became true (checked every `stop_check_every` steps).
+  """
+  k = environment.num_envs
+  if k != actor.num_envs:
+    raise ValueError(f'Got {k} environments for an actor of '
+                     f'num_envs={actor.num_envs}.')
+  timesteps = environment.reset()
+  for i in range(k):
+    actor.observe_first(i, types.timestep_row(timesteps, i))
+  returns = np.zeros(k)
+  lengths = np.zeros(k, np.int64)
+  done = np.zeros(k, bool)
+  start = time.time()
+  steps = 0
+  while not done.all():
+    if should_stop is not None and steps % stop_check_every == 0 and (
+        should_stop()):
+      return None
+    timesteps = environment.step(actor.select_actions(timesteps.observation))
+    step_types = np.asarray(timesteps.step_type)
+    counted = ~done & (step_types != int(dm_env.StepType.FIRST))
+    returns[counted] += np.asarray(timesteps.reward)[counted]
+    lengths[counted] += 1
+    done |= counted & (step_types == int(dm_env.StepType.LAST))
+    for i in np.flatnonzero(step_types == int(dm_env.StepType.FIRST)):
+      actor.observe_first(int(i), types.timestep_row(timesteps, i))
+    steps += 1
+  rate = lengths.sum() / max(time.time() - start, 1e-9)
+  return [{'episode_return': float(returns[i]),
+           'episode_length': int(lengths[i]),
+           'steps_per_second': float(rate)} for i in range(k)]

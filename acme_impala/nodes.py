@@ -335,7 +335,14 @@ class ActorNode:
 
 
 class EvaluatorNode:
-  """Runs the current policy (no writes to Reverb) and logs episode returns."""
+  """Evaluates the current policy in rounds and logs each episode's return.
+
+  A round plays `options.eval_episodes` episodes at once, one per
+  environment, with one batched policy call per step and the weights
+  fetched at its start (`loops.evaluation_episodes`); the node then waits
+  `options.eval_interval_s`. One row per episode in the evaluator's logs, so
+  a round's rows are one weight version's returns. No writes to Reverb.
+  """
 
   def __init__(self, builder: builder_lib.IMPALABuilder,
                variable_source: acme.VariableSource,
@@ -343,32 +350,21 @@ class EvaluatorNode:
     config = builder.config
     self._options = options
     self._interval_s = options.eval_interval_s
-    self._env = environments.make_environment(
-        config.env_id, seed=node_seed(config, options, _EVAL_ENV),
+    k = options.eval_episodes
+    self._env = environments.make_batched_environment(
+        config.env_id,
+        [node_seed(config, options, _EVAL_ENV, j) for j in range(k)],
+        engine=config.env_engine, num_threads=config.env_threads,
         evaluation=True)
     self._actor = builder.make_actor(
         builder.make_network(), None, variable_source,
-        seed=node_seed(config, options, _EVAL_POLICY))
+        seed=node_seed(config, options, _EVAL_POLICY), num_envs=k,
+        batched=True)
     self._counter = lifecycle.Retrying(
         counter, f'{options.label("evaluator")} -> counter')
     self._logger = loggers_lib.make_logger(
         options.label('evaluator'), options.logdir, steps_key='actor_steps',
         terminal_time_delta=0.0)
-
-  def _episode(self):
-    timestep = self._env.reset()
-    self._actor.observe_first(timestep)
-    episode_return, length = 0., 0
-    start = time.time()
-    while not timestep.last():
-      action = self._actor.select_action(timestep.observation)
-      timestep = self._env.step(action)
-      episode_return += float(timestep.reward)
-      length += 1
-      if length % 100 == 0 and lp.wait_for_stop(0):
-        return None
-    return {'episode_return': episode_return, 'episode_length': length,
-            'steps_per_second': length / max(time.time() - start, 1e-9)}
 
   def run(self):
     def loop():
@@ -377,13 +373,15 @@ class EvaluatorNode:
           if not wait_for_variables(self._actor,
                                     self._options.label('evaluator')):
             break
-          result = self._episode()
-          if result is None:
+          rows = loops.evaluation_episodes(
+              self._env, self._actor, should_stop=lambda: lp.wait_for_stop(0))
+          if rows is None:
             break
           counts = self._counter.get_counts()
-          result['actor_steps'] = counts.get('actor_steps', 0)
-          result['learner_steps'] = counts.get('learner_steps', 0)
-          self._logger.write(result)
+          for row in rows:
+            row['actor_steps'] = counts.get('actor_steps', 0)
+            row['learner_steps'] = counts.get('learner_steps', 0)
+            self._logger.write(row)
           # Evaluation shares the cores with acting and learning: pace it.
           if lp.wait_for_stop(self._interval_s):
             break

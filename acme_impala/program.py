@@ -51,7 +51,10 @@ class RunOptions:
   num_actors: int = 2
   restore: bool = False
   evaluator: bool = True
+  # Seconds between evaluation rounds, and episodes per round (played at
+  # once, one per environment, with one weight version).
   eval_interval_s: float = 2.0
+  eval_episodes: int = 10
   # Agent name within a sweep ('' for a single agent): prefixes node labels,
   # log directories and checkpoint subdirectories.
   agent: str = ''
@@ -111,6 +114,9 @@ def validate_run(config: config_lib.IMPALAConfig, options: RunOptions,
   if options.num_actors < 1:
     raise ValueError(f'num_actors={options.num_actors!r} is invalid: '
                      'expected an integer >= 1.')
+  if options.eval_episodes < 1:
+    raise ValueError(f'eval_episodes={options.eval_episodes!r} is invalid: '
+                     'an evaluation round needs at least 1 episode.')
   if options.max_actor_steps < 1:
     raise ValueError(f'max_actor_steps={options.max_actor_steps!r} is '
                      'invalid: expected an integer >= 1.')
@@ -171,6 +177,7 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
                 num_actors: int = 2,
                 restore: bool = False,
                 evaluator: bool = True,
+                eval_episodes: int = 10,
                 share_replay: bool = True,
                 name: Optional[str] = None,
                 environment_spec: Optional[specs.EnvironmentSpec] = None,
@@ -204,7 +211,7 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
     options = RunOptions(
         logdir=logdir, max_actor_steps=max_actor_steps,
         num_actors=num_actors, restore=restore, evaluator=evaluator,
-        agent=f'agent_{i}' if sweep else '', agent_index=i)
+        eval_episodes=eval_episodes, agent=f'agent_{i}' if sweep else '', agent_index=i)
     validate_run(config, options, check_checkpoints=launcher)
     agents.append(AgentRun(
         prepare_config(config, max_actor_steps, options.agent), options))
@@ -227,7 +234,7 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
         configs, [a.config for a in agents],
         dict(name=name, logdir=logdir, max_actor_steps=max_actor_steps,
              num_actors=num_actors, restore=restore, evaluator=evaluator,
-             share_replay=share_replay, **(run_options or {}))))
+             eval_episodes=eval_episodes, share_replay=share_replay, **(run_options or {}))))
   return PreparedRun(name=name,
                      agents=tuple(agents), environment_spec=environment_spec,
                      share_replay=share_replay)

@@ -20,7 +20,7 @@ FLAGS = flags.FLAGS
 # Default run directories live under the repository root.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ('config', 'num_actors', 'max_actor_steps', 'logdir', 'seed',
-         'restore', 'evaluator')
+         'restore', 'evaluator', 'eval_episodes')
 # Flags of a launcher (launch.run_program, Launchpad) kept in the run's record.
 LAUNCHER_FLAGS = ('lp_launch_type', 'restarts', 'node_start', 'verbose',
                   'progress_interval_s')
@@ -41,6 +41,10 @@ def define() -> None:
   flags.DEFINE_bool('restore', False,
                     'Resume from the checkpoints in --logdir.')
   flags.DEFINE_bool('evaluator', True, 'Run an evaluator node.')
+  flags.DEFINE_integer('eval_episodes', 10,
+                       'Episodes per evaluation round, played at once with '
+                       'one weight version (one row each in the evaluator '
+                       'logs).')
 
 
 def default_logdir() -> str:
@@ -77,7 +81,8 @@ def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True):
   return program.prepare_run(
       [make_config(overrides)], logdir, FLAGS.max_actor_steps,
       num_actors=FLAGS.num_actors, restore=FLAGS.restore,
-      evaluator=FLAGS.evaluator, launcher=launcher,
+      evaluator=FLAGS.evaluator, eval_episodes=FLAGS.eval_episodes,
+      launcher=launcher,
       run_options=run_options(overrides))
 
 
@@ -86,7 +91,8 @@ def forward(overrides: Dict[str, Any], logdir: str) -> List[str]:
   args = [f'--config={FLAGS.config}', f'--num_actors={FLAGS.num_actors}',
           f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
           f'--restore={str(FLAGS.restore).lower()}',
-          f'--evaluator={str(FLAGS.evaluator).lower()}']
+          f'--evaluator={str(FLAGS.evaluator).lower()}',
+          f'--eval_episodes={FLAGS.eval_episodes}']
   if FLAGS.seed is not None:
     args.append(f'--seed={FLAGS.seed}')
   return args + config_flags.format_overrides(overrides)

@@ -13,6 +13,7 @@ import hashlib
 from acme import specs
 from acme.tf import utils as tf2_utils
 from acme.utils import loggers
+import dm_env
 import numpy as np
 import pytest
 import reverb
@@ -226,3 +227,71 @@ def test_engines_write_episode_ends_with_the_adapters_discounts(engine):
         assert obs.reward[t + 1] == item.reward[t]
   # Both kinds of episode end were written (and checked).
   assert ends[0.] >= 5 and ends[1.] >= 5, ends
+
+
+class _RecordingActor:
+  """The real batched actor, keeping the actions it chose."""
+
+  def __init__(self, actor):
+    self._actor = actor
+    self.actions = []
+
+  @property
+  def num_envs(self):
+    return self._actor.num_envs
+
+  def observe_first(self, index, timestep):
+    self._actor.observe_first(index, timestep)
+
+  def select_actions(self, observations):
+    self.actions.append(self._actor.select_actions(observations))
+    return self.actions[-1]
+
+
+def _eval_actor(config, k):
+  spec = environments.environment_spec(config.env_id)
+  builder = builder_lib.IMPALABuilder(config, spec)
+  return _RecordingActor(builder.make_actor(
+      builder.make_network(), seed=5, num_envs=k, batched=True))
+
+
+@pytest.mark.parametrize('engine', config_lib.ENV_ENGINES)
+def test_evaluation_round_is_each_environments_first_episode(engine):
+  k, first_seed = 6, 11
+  config = config_lib.IMPALAConfig(lstm_size=8, env_engine=engine)
+  actor = _eval_actor(config, k)
+  env = environments.make_batched_environment(
+      config.env_id, seeds=range(first_seed, first_seed + k), engine=engine,
+      evaluation=True)
+  rows = loops.evaluation_episodes(env, actor)
+  env.close()
+  lengths = [row['episode_length'] for row in rows]
+  # The round ends with its longest episode; shorter ones restarted before
+  # that and their second episodes must not count.
+  assert len(actor.actions) == max(lengths) > min(lengths) + 1
+  for i, row in enumerate(rows):
+    # Reference: environment i alone, same seed, the actions row i got.
+    alone = environments.make_batched_environment(
+        config.env_id, seeds=[first_seed + i], engine=engine,
+        evaluation=True)
+    timestep = alone.reset()
+    episode_return, length = 0., 0
+    while not timestep.step_type[0] == dm_env.StepType.LAST:
+      timestep = alone.step(actor.actions[length][i:i + 1])
+      episode_return += float(timestep.reward[0])
+      length += 1
+    alone.close()
+    assert (row['episode_return'], row['episode_length']) == (
+        episode_return, length)
+    assert row['steps_per_second'] > 0
+
+
+def test_evaluation_round_stops_when_asked_and_checks_sizes():
+  config = config_lib.IMPALAConfig(lstm_size=8)
+  env = environments.make_batched_environment(config.env_id, seeds=range(3),
+                                              evaluation=True)
+  assert loops.evaluation_episodes(env, _eval_actor(config, 3),
+                                   should_stop=lambda: True) is None
+  with pytest.raises(ValueError, match='3 environments.*num_envs=2'):
+    loops.evaluation_episodes(env, _eval_actor(config, 2))
+  env.close()

@@ -141,21 +141,24 @@ def _evaluator_probe() -> dict:
   from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
   from acme_impala import configs  # pylint: disable=g-import-not-at-top
   from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  from acme_impala import loops  # pylint: disable=g-import-not-at-top
 
   config = configs.get_config('cartpole')
   builder = builder_lib.IMPALABuilder(
       config, environments.environment_spec(config.env_id))
-  actor = builder.make_actor(builder.make_network(), seed=0)
-  env = environments.make_environment(config.env_id, seed=0, evaluation=True)
+  k = 10  # The evaluator node's default rounds (RunOptions.eval_episodes).
+  actor = builder.make_actor(builder.make_network(), seed=0, num_envs=k,
+                             batched=True)
+  env = environments.make_batched_environment(
+      config.env_id, seeds=range(k), engine=config.env_engine,
+      evaluation=True)
 
   def run_calls(calls):
     done = 0
-    while done < calls:  # Whole episodes, as the evaluator node plays them.
-      timestep = env.reset()
-      actor.observe_first(timestep)
-      while not timestep.last():
-        timestep = env.step(actor.select_action(timestep.observation))
-        done += 1
+    while done < calls:  # Whole rounds, as the evaluator node plays them.
+      # All K start together: a round's policy calls are its longest episode.
+      done += max(row['episode_length']
+                  for row in loops.evaluation_episodes(env, actor))
     return done
   return _measure(run_calls)
 

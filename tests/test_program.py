@@ -334,8 +334,8 @@ def test_prepare_run_sets_the_annealing_horizon_from_online_rows(tmp_path):
   from acme_impala import configs  # pylint: disable=g-import-not-at-top
   from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
   config = configs.get_config('cartpole').replace(
-      replay_fraction=0.875, anneal_learning_rate=True)
-  assert config.batch_size == 8 and config.unroll_length == 10
+      replay_fraction=0.875, anneal_learning_rate=True, batch_size=8)
+  assert config.unroll_length == 10
   run = program_lib.prepare_run([config], str(tmp_path / 'a'), 800_000)
   # One online trajectory of 10 steps per learner step: 80k learner steps
   # consume the budget (batch_size * unroll_length would give 10k, and the
@@ -361,10 +361,13 @@ def test_sweep_agents_get_their_own_seed_streams(tmp_path):
       seeds += envs + [nodes.node_seed(builder.config, options, 2, actor_id)]
     evaluator = program.groups[f'agent_{i}_evaluator'][0]
     builder, _, _, options = evaluator._args  # pylint: disable=protected-access
-    seeds += [nodes.node_seed(builder.config, options, 3),
-              nodes.node_seed(builder.config, options, 4)]
+    seeds += [nodes.node_seed(builder.config, options, 3, j)
+              for j in range(options.eval_episodes)]
+    seeds.append(nodes.node_seed(builder.config, options, 4))
   # Every environment and sampler of both agents has its own seed.
-  assert len(seeds) == 2 * (2 * (8 + 1) + 2) and len(set(seeds)) == len(seeds)
+  k, rounds = base.envs_per_actor, options.eval_episodes
+  assert len(seeds) == 2 * (2 * (k + 1) + rounds + 1)
+  assert len(set(seeds)) == len(seeds)
 
 
 def test_restore_brings_back_the_replay_contents(tmp_path):
