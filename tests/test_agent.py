@@ -36,9 +36,12 @@ def test_single_process_agent_return_rises_on_cartpole():
 def test_single_process_agent_learns_from_laser_replay():
   """The single-process agent is built from the builder, so LASER works in
   it: 1 online + 7 replayed rows per batch, trust region, shared tables."""
+  # Batches of 8 (the cartpole config's before issue 13): 1 online row per
+  # batch, which the counts below assume.
   config = configs.get_config('cartpole').replace(
       replay_fraction=0.875, kl_threshold=0.5, entropy_on_online_only=True,
-      min_replay_size=16, replay_capacity=2000, seed=0)
+      min_replay_size=16, replay_capacity=2000, seed=0, batch_size=8,
+      learning_rate=2e-3)
   env = environments.make_environment(config.env_id, seed=0)
   rows = loggers.InMemoryLogger()
   agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
