@@ -32,7 +32,8 @@ def define() -> None:
   flags.DEFINE_integer('num_actors', 2, 'Actor processes.')
   # Enough for the default cartpole config to pass an evaluator average of
   # 450: the slowest run measured got there at 675k steps (README, learning
-  # benchmark). About 5 minutes on 2 cores.
+  # benchmark; 325k with issue 13's 2 x 32 defaults). About 2 minutes on 2
+  # cores.
   flags.DEFINE_integer('max_actor_steps', 800_000,
                        'Environment steps (summed over actors) to train for.')
   flags.DEFINE_string('logdir', None,

@@ -241,9 +241,11 @@ def main(argv):
       logdir = tempfile.mkdtemp(prefix='laser_eff_')
       cmd = [sys.executable, os.path.join(_ROOT, 'programs', prog),
              '--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
-             # The README's LASER tables were measured with 8 environments
-             # per actor (the cartpole config's default until issue 13).
-             '--config.envs_per_actor=8',
+             # The README's LASER tables were measured with the cartpole
+             # config's acting and learner sizes before issue 13's: 8
+             # environments per actor, batch 8, lr 2e-3, queue 128.
+             '--config.envs_per_actor=8', '--config.batch_size=8',
+             '--config.learning_rate=2e-3', '--config.max_queue_size=128',
              # ... and the gymnasium engine (EnvPool has no MinAtar games).
              '--config.env_engine=gymnasium',
              f'--max_actor_steps={FLAGS.max_actor_steps}',
