@@ -84,8 +84,10 @@ def test_single_process_agent_learns_from_laser_replay():
 def test_single_process_agent_replay_only_learns_at_the_rate_data_arrives():
   """f = 1 has no queue: one learner step per num_replayed * unroll_length
   new environment steps (the rate at which new data enters the replay)."""
+  # Batches of 8: enough learner steps in this budget to check the rate.
   config = configs.get_config('cartpole').replace(
-      replay_fraction=1.0, min_replay_size=8, replay_capacity=1000, seed=0)
+      replay_fraction=1.0, min_replay_size=8, replay_capacity=1000, seed=0,
+      batch_size=8)
   env = environments.make_environment(config.env_id, seed=0)
   agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
                            logger=loggers.NoOpLogger())
