@@ -177,7 +177,7 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
                 num_actors: int = 2,
                 restore: bool = False,
                 evaluator: bool = True,
-                eval_episodes: int = 10,
+                eval_episodes: int = RunOptions.eval_episodes,
                 share_replay: bool = True,
                 name: Optional[str] = None,
                 environment_spec: Optional[specs.EnvironmentSpec] = None,
@@ -211,7 +211,8 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
     options = RunOptions(
         logdir=logdir, max_actor_steps=max_actor_steps,
         num_actors=num_actors, restore=restore, evaluator=evaluator,
-        eval_episodes=eval_episodes, agent=f'agent_{i}' if sweep else '', agent_index=i)
+        eval_episodes=eval_episodes, agent=f'agent_{i}' if sweep else '',
+        agent_index=i)
     validate_run(config, options, check_checkpoints=launcher)
     agents.append(AgentRun(
         prepare_config(config, max_actor_steps, options.agent), options))
@@ -234,7 +235,8 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
         configs, [a.config for a in agents],
         dict(name=name, logdir=logdir, max_actor_steps=max_actor_steps,
              num_actors=num_actors, restore=restore, evaluator=evaluator,
-             eval_episodes=eval_episodes, share_replay=share_replay, **(run_options or {}))))
+             eval_episodes=eval_episodes, share_replay=share_replay,
+             **(run_options or {}))))
   return PreparedRun(name=name,
                      agents=tuple(agents), environment_spec=environment_spec,
                      share_replay=share_replay)
