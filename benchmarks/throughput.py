@@ -64,6 +64,12 @@ flags.DEFINE_float('actor_seconds', 20., 'Seconds of each engine-only and '
                    'actor-only measurement (after a warm-up).')
 flags.DEFINE_integer('env_threads', 0, "EnvPool's threads per actor "
                      '(config.env_threads; 0: its default, the cores).')
+flags.DEFINE_enum('actor_sink', 'drain', ['drain', 'evict'],
+                  "Actor-only rows: what empties the actor's Reverb queue. "
+                  "'drain': a thread in the actor's process samples every "
+                  "item (decompressed into numpy, as a reader would); "
+                  "'evict': a FIFO table of the queue's size and signature "
+                  'drops the oldest item on insert, so nothing is read.')
 flags.DEFINE_string('probe', None, 'Internal: ENGINE:ENV_ID:K:MODE, one '
                     'measurement in this process, printed as JSON.')
 FLAGS = flags.FLAGS
@@ -108,13 +114,21 @@ def _probe(engine, env_id, k, mode):
   else:
     builder = builder_lib.IMPALABuilder(
         config, environments.environment_spec(env_id))
-    server = reverb.Server(builder.make_replay_tables())
+    if FLAGS.actor_sink == 'drain':
+      server = reverb.Server(builder.make_replay_tables())
+    else:
+      server = reverb.Server([reverb.Table(
+          name=builder.queue_table, sampler=reverb.selectors.Fifo(),
+          remover=reverb.selectors.Fifo(), max_size=config.max_queue_size,
+          rate_limiter=reverb.rate_limiters.MinSize(1),
+          signature=builder.trajectory_signature())])
     client = reverb.Client(f'localhost:{server.port}')
 
     def drain():  # As the learner does: the queue never blocks the actor.
       for _ in client.sample(builder.queue_table, num_samples=10**12):
         pass
-    threading.Thread(target=drain, daemon=True).start()
+    if FLAGS.actor_sink == 'drain':
+      threading.Thread(target=drain, daemon=True).start()
     actor = builder.make_actor(
         builder.make_network(), builder.make_adder(client, k, batched=True),
         seed=0, num_envs=k, batched=True)
@@ -135,7 +149,8 @@ def _probe_in_subprocess(engine, env_id, k, mode):
   cmd = [sys.executable, os.path.abspath(__file__),
          f'--probe={engine}:{env_id}:{k}:{mode}',
          f'--actor_seconds={FLAGS.actor_seconds}', f'--config={FLAGS.config}',
-         f'--env_threads={FLAGS.env_threads}']
+         f'--env_threads={FLAGS.env_threads}',
+         f'--actor_sink={FLAGS.actor_sink}']
   proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                         text=True, timeout=600)
   if proc.returncode != 0:
@@ -157,7 +172,9 @@ def _actor_table():
         f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
         f'2 cores; EnvPool threads {FLAGS.env_threads or "min(K, cores)"}; '
         'actor = batched policy (one graph call via tf.data) + adder into '
-        'a Reverb queue drained by a thread, no learner.\n')
+        'a Reverb queue ' + ('drained by a thread' if FLAGS.actor_sink ==
+                             'drain' else 'that evicts its oldest item') +
+        ', no learner.\n')
   print('| environment | envs | engine | engine alone (env steps/s) | '
         'actor (env steps/s) | actor / engine alone | actor vs gymnasium '
         'actor |')
