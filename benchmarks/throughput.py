@@ -56,8 +56,9 @@ flags.DEFINE_list('settings', [], 'num_actors x envs_per_actor settings to '
 flags.DEFINE_list('program_flags', [], 'Extra flags for every program run, '
                   'e.g. --config.batch_size=16.')
 flags.DEFINE_bool('skip_acme', False, 'Skip Acme\'s agent (no ratio column).')
-flags.DEFINE_list('engines', ['gymnasium'], 'Environment engines to run '
-                  'every program setting with (config.env_engine).')
+flags.DEFINE_list('engines', None, 'Environment engines to run every '
+                  'program setting with (config.env_engine); default: the '
+                  "config's own, as the default program runs.")
 flags.DEFINE_list('actor_rows', [], 'ENV_ID:K pairs for the actor-only '
                   'table, e.g. CartPole-v1:64,ALE/Pong-v5:16.')
 flags.DEFINE_float('actor_seconds', 20., 'Seconds of each engine-only and '
@@ -73,6 +74,10 @@ flags.DEFINE_enum('actor_sink', 'drain', ['drain', 'evict'],
 flags.DEFINE_string('probe', None, 'Internal: ENGINE:ENV_ID:K:MODE, one '
                     'measurement in this process, printed as JSON.')
 FLAGS = flags.FLAGS
+
+
+def _engines():
+  return FLAGS.engines or [configs.get_config(FLAGS.config).env_engine]
 
 
 def _env_id():
@@ -163,7 +168,7 @@ def _actor_table():
   rows = []
   for row in FLAGS.actor_rows:
     env_id, k = row.rsplit(':', 1)
-    for engine in FLAGS.engines:
+    for engine in _engines():
       print(f'actor-only: {engine} {env_id} x {k}...', flush=True)
       env_sps = _probe_in_subprocess(engine, env_id, int(k), 'env')
       actor_sps = _probe_in_subprocess(engine, env_id, int(k), 'actor')
@@ -284,7 +289,7 @@ def main(argv):
     acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
   rows = []
   for num_actors, k in settings:
-    for engine in FLAGS.engines:
+    for engine in _engines():
       print(f'program: {num_actors} actor(s) x {k} env(s), {engine}...',
             flush=True)
       rows.append(((num_actors, k, engine), _program_run(
