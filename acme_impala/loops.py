@@ -21,6 +21,13 @@ from acme_impala import environments
 from acme_impala import types
 
 
+def _observe_firsts(actor: acting.BatchedIMPALAActor,
+                    timesteps: dm_env.TimeStep, rows) -> None:
+  """The actor starts an episode in each of `rows` (its LSTM rows reset)."""
+  for i in rows:
+    actor.observe_first(int(i), types.timestep_row(timesteps, i))
+
+
 class BatchedEnvironmentLoop:
   """Runs a BatchedEnvironment with a BatchedIMPALAActor."""
 
@@ -46,10 +53,6 @@ class BatchedEnvironmentLoop:
     self._returns = None
     self._lengths = None
 
-  def _observe_firsts(self, timesteps: dm_env.TimeStep, rows) -> None:
-    for i in rows:
-      self._actor.observe_first(int(i), types.timestep_row(timesteps, i))
-
   def run(self, num_steps: Optional[int] = None,
           should_stop: Optional[Callable[[], bool]] = None) -> int:
     """Steps all environments until `num_steps` (summed) or `should_stop()`.
@@ -61,7 +64,7 @@ class BatchedEnvironmentLoop:
     if self._timesteps is None:
       # Episodes carry on across run() calls, as the adders' streams do.
       self._timesteps = self._env.reset()
-      self._observe_firsts(self._timesteps, range(k))
+      _observe_firsts(self._actor, self._timesteps, range(k))
       self._returns = np.zeros(k)
       self._lengths = np.zeros(k, np.int64)
     returns, lengths = self._returns, self._lengths
@@ -78,7 +81,7 @@ class BatchedEnvironmentLoop:
       self._actor.observe(actions, timesteps)
       step_types = np.asarray(timesteps.step_type)
       restarted = np.flatnonzero(step_types == int(dm_env.StepType.FIRST))
-      self._observe_firsts(timesteps, restarted)
+      _observe_firsts(self._actor, timesteps, restarted)
       stepped = k - len(restarted)
       returns += timesteps.reward  # 0 on restarted rows.
       lengths += step_types != int(dm_env.StepType.FIRST)
@@ -127,8 +130,7 @@ def evaluation_episodes(
     raise ValueError(f'Got {k} environments for an actor of '
                      f'num_envs={actor.num_envs}.')
   timesteps = environment.reset()
-  for i in range(k):
-    actor.observe_first(i, types.timestep_row(timesteps, i))
+  _observe_firsts(actor, timesteps, range(k))
   returns = np.zeros(k)
   lengths = np.zeros(k, np.int64)
   done = np.zeros(k, bool)
@@ -144,8 +146,8 @@ def evaluation_episodes(
     returns[counted] += np.asarray(timesteps.reward)[counted]
     lengths[counted] += 1
     done |= counted & (step_types == int(dm_env.StepType.LAST))
-    for i in np.flatnonzero(step_types == int(dm_env.StepType.FIRST)):
-      actor.observe_first(int(i), types.timestep_row(timesteps, i))
+    _observe_firsts(actor, timesteps,
+                    np.flatnonzero(step_types == int(dm_env.StepType.FIRST)))
     steps += 1
   rate = lengths.sum() / max(time.time() - start, 1e-9)
   return [{'episode_return': float(returns[i]),

@@ -76,8 +76,9 @@ flags.DEFINE_string('probe', None, 'Internal: ENGINE:ENV_ID:K:MODE, one '
 FLAGS = flags.FLAGS
 
 
-def _engines():
-  return FLAGS.engines or [configs.get_config(FLAGS.config).env_engine]
+def _engines(config):
+  """--engines, or the config's own engine (as its program runs)."""
+  return FLAGS.engines or [config.env_engine]
 
 
 def _env_id():
@@ -119,21 +120,19 @@ def _probe(engine, env_id, k, mode):
   else:
     builder = builder_lib.IMPALABuilder(
         config, environments.environment_spec(env_id))
-    if FLAGS.actor_sink == 'drain':
-      server = reverb.Server(builder.make_replay_tables())
-    else:
-      server = reverb.Server([reverb.Table(
-          name=builder.queue_table, sampler=reverb.selectors.Fifo(),
-          remover=reverb.selectors.Fifo(), max_size=config.max_queue_size,
-          rate_limiter=reverb.rate_limiters.MinSize(1),
-          signature=builder.trajectory_signature())])
+    drain = FLAGS.actor_sink == 'drain'
+    server = reverb.Server(builder.make_replay_tables() if drain else [
+        reverb.Table(
+            name=builder.queue_table, sampler=reverb.selectors.Fifo(),
+            remover=reverb.selectors.Fifo(), max_size=config.max_queue_size,
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+            signature=builder.trajectory_signature())])
     client = reverb.Client(f'localhost:{server.port}')
-
-    def drain():  # As the learner does: the queue never blocks the actor.
-      for _ in client.sample(builder.queue_table, num_samples=10**12):
-        pass
-    if FLAGS.actor_sink == 'drain':
-      threading.Thread(target=drain, daemon=True).start()
+    if drain:
+      def read_all():  # As the learner does: the queue never blocks the actor.
+        for _ in client.sample(builder.queue_table, num_samples=10**12):
+          pass
+      threading.Thread(target=read_all, daemon=True).start()
     actor = builder.make_actor(
         builder.make_network(), builder.make_adder(client, k, batched=True),
         seed=0, num_envs=k, batched=True)
@@ -168,7 +167,7 @@ def _actor_table():
   rows = []
   for row in FLAGS.actor_rows:
     env_id, k = row.rsplit(':', 1)
-    for engine in _engines():
+    for engine in _engines(_config_for(env_id)):
       print(f'actor-only: {engine} {env_id} x {k}...', flush=True)
       env_sps = _probe_in_subprocess(engine, env_id, int(k), 'env')
       actor_sps = _probe_in_subprocess(engine, env_id, int(k), 'actor')
@@ -289,7 +288,7 @@ def main(argv):
     acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
   rows = []
   for num_actors, k in settings:
-    for engine in _engines():
+    for engine in _engines(configs.get_config(FLAGS.config)):
       print(f'program: {num_actors} actor(s) x {k} env(s), {engine}...',
             flush=True)
       rows.append(((num_actors, k, engine), _program_run(
