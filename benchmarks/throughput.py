@@ -286,9 +286,10 @@ def main(argv):
     print(f'Acme 0.4.0 single-process IMPALA on {_env_id()} '
           f'({FLAGS.acme_seconds:.0f} s)...', flush=True)
     acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
+  cfg = configs.get_config(FLAGS.config)
   rows = []
   for num_actors, k in settings:
-    for engine in _engines(configs.get_config(FLAGS.config)):
+    for engine in _engines(cfg):
       print(f'program: {num_actors} actor(s) x {k} env(s), {engine}...',
             flush=True)
       rows.append(((num_actors, k, engine), _program_run(
@@ -296,7 +297,6 @@ def main(argv):
               f'--config.env_engine={engine}',
               f'--config.env_threads={FLAGS.env_threads}'])))
 
-  cfg = configs.get_config(FLAGS.config)
   print(f'\nthroughput.py at commit {provenance.git_commit()}: '
         f'TensorFlow CPU, 2 cores; env {_env_id()}; {FLAGS.config} config '
         f'({cfg.network} network, batch '
