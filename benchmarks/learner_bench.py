@@ -13,6 +13,8 @@ both with unroll_length=20 (items of 21 steps) and batch_size=32, it times
   * Acme 0.4.0's own `acme.agents.tf.impala.learning.IMPALALearner` on a
     fresh instance of the same network (same class, config and initial
     weights),
+  * on the shallow net, both learners again with the torso in bfloat16
+    (`torso_dtype='bfloat16'`; ours in its default compile mode),
 
 and prints a Markdown table of the first-step (trace + compile) time, the
 median step time, the samples per second (trajectories/s = batch_size x
@@ -90,6 +92,7 @@ _BATCH_SIZE = 32
 _UNROLL_LENGTH = 20
 _SEED = 0
 _ACME = 'Acme 0.4.0 TF IMPALALearner'
+_BF16 = 'bfloat16 torso'
 
 # (label, config overrides, timing plan, quick timing plan). A plan is
 # (warm-up steps after the first, interleaved rounds, target seconds per
@@ -166,28 +169,42 @@ def _make_learners(config, spec, sample):
     learners[f'ours, {mode}'] = learning.IMPALALearner(
         _make_network(cfg, spec), itertools.repeat(sample), cfg,
         logger=loggers.NoOpLogger())
+  if config.network == 'shallow':
+    cfg = config.replace(torso_dtype='bfloat16')
+    learners[f'ours, {cfg.compile_mode}, {_BF16}'] = learning.IMPALALearner(
+        _make_network(cfg, spec), itertools.repeat(sample), cfg,
+        logger=loggers.NoOpLogger())
   # Acme's learner builds a Snapshotter that exports a SavedModel of the
   # network to ~/acme on its first step (then hourly): file I/O, not the
   # update, and outside this project, so it is replaced by a no-op here.
   real_snapshotter = acme_learning.tf2_savers.Snapshotter
   acme_learning.tf2_savers.Snapshotter = _NoOpSnapshotter
   try:
-    learners[_ACME] = acme_learning.IMPALALearner(
-        environment_spec=spec,
-        network=_make_network(config, spec),
-        dataset=tf.data.Dataset.from_tensors(sample).repeat(),
-        # Our hyperparameters where Acme has them (it uses Adam, not
-        # RMSProp, and no episode-start resets: the work is close, not equal).
-        learning_rate=config.learning_rate,
-        discount=config.discount,
-        entropy_cost=config.entropy_cost,
-        baseline_cost=config.baseline_cost,
-        max_abs_reward=1.,
-        max_gradient_norm=config.max_gradient_norm,
-        logger=loggers.NoOpLogger())
+    learners[_ACME] = _acme_learner(config, spec, sample)
+    if config.network == 'shallow':
+      # What bfloat16 does for Acme's learner given the same torso: how much
+      # of our gain is the network's rather than the update's.
+      learners[f'{_ACME}, {_BF16}'] = _acme_learner(
+          config.replace(torso_dtype='bfloat16'), spec, sample)
   finally:
     acme_learning.tf2_savers.Snapshotter = real_snapshotter
   return learners
+
+
+def _acme_learner(config, spec, sample):
+  return acme_learning.IMPALALearner(
+      environment_spec=spec,
+      network=_make_network(config, spec),
+      dataset=tf.data.Dataset.from_tensors(sample).repeat(),
+      # Our hyperparameters where Acme has them (it uses Adam, not RMSProp,
+      # and no episode-start resets: the work is close, not equal).
+      learning_rate=config.learning_rate,
+      discount=config.discount,
+      entropy_cost=config.entropy_cost,
+      baseline_cost=config.baseline_cost,
+      max_abs_reward=1.,
+      max_gradient_norm=config.max_gradient_norm,
+      logger=loggers.NoOpLogger())
 
 
 class _NoOpSnapshotter:
@@ -325,7 +342,7 @@ def _print_report(results, budget_s, total_s):
           'samples/s).')
   print()
   for res in results:
-    repeats = ', '.join(f'{n.split(", ")[-1]}: {k}'
+    repeats = ', '.join(f'{n}: {k}'
                         for n, k in res['steps_per_repeat'].items())
     print(f'{res["label"]}: batch {list(res["shape"])} from '
           f'{res["env_steps"]} actor steps ({res["fill_s"]:.1f} s); '

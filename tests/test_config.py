@@ -42,6 +42,7 @@ def test_defaults_and_named_configs_are_valid():
     ('adder', 'episode', 'trajectory'),
     ('env_engine', 'gpu', "'gymnasium', 'envpool'"),
     ('env_threads', -1, 'integer'),
+    ('torso_dtype', 'float16', "'float32', 'bfloat16'"),
     ('lambda_', 1.1, r'\[0.0, 1.0\]'),
     ('clip_rho_threshold', 0.0, 'None'),
     ('mlp_hidden_sizes', (), 'positive integers'),
@@ -56,6 +57,12 @@ def test_bad_value_names_field_value_and_range(field, value, expected):
 
 
 def test_cross_field_checks():
+  with pytest.raises(config_lib.ConfigError,
+                     match="torso_dtype='bfloat16' is only implemented for "
+                     "network='shallow' \\(got network='deep'\\)"):
+    config_lib.IMPALAConfig(network='deep', torso_dtype='bfloat16')
+  assert config_lib.IMPALAConfig(
+      network='shallow', torso_dtype='bfloat16').torso_dtype == 'bfloat16'
   with pytest.raises(config_lib.ConfigError, match='clip_c_threshold=2.0'):
     config_lib.IMPALAConfig(clip_c_threshold=2.0, clip_rho_threshold=1.0)
   with pytest.raises(config_lib.ConfigError, match='max_queue_size=4'):

@@ -42,11 +42,9 @@ def _network(config, spec, seed=0):
   return net
 
 
-@pytest.fixture(scope='module')
-def filled_queue():
-  """A real Reverb table filled by our actor: (server, spec, config)."""
-  config = _config()
-  env = environments.make_environment(config.env_id, seed=0)
+def _filled_server(config, num_steps, seed=0):
+  """A real Reverb table filled by our actor: (server, spec)."""
+  env = environments.make_environment(config.env_id, seed=seed)
   spec = specs.make_environment_spec(env)
   net = _network(config, spec)
   # Uniform sampling without removal: every test reads from the same items
@@ -61,9 +59,19 @@ def filled_queue():
   client = reverb.Client(f'localhost:{server.port}')
   adder = builder.make_adder(client)
   actor = acting.IMPALAActor(net, adder, policy_version=tf.Variable(
-      0, dtype=tf.int64), seed=0)
-  acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=600)
+      0, dtype=tf.int64), seed=seed)
+  acme.EnvironmentLoop(env, actor, should_update=False).run(
+      num_steps=num_steps)
   del adder
+  env.close()
+  return server, spec
+
+
+@pytest.fixture(scope='module')
+def filled_queue():
+  """A real Reverb table filled by our actor: (server, spec, config)."""
+  config = _config()
+  server, spec = _filled_server(config, num_steps=600)
   yield server, spec, config
   server.stop()
 
@@ -124,6 +132,51 @@ def test_compile_modes_agree(filled_queue):
   for mode in ('full', 'none'):
     for a, b in zip(results['vtrace_and_optimizer'], results[mode]):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_bfloat16_torso_updates_track_float32():
+  """The shallow torso in bfloat16 must not change what the learner learns:
+  from the same weights, 12 updates on the same batches of real Breakout
+  items (frames, life-loss episode ends) move the weights as float32's do,
+  to within 5 % of float32's own change, and the two networks' policies on
+  the batch stay within a KL of 1e-4."""
+  config = _config(env_id='ALE/Breakout-v5', network='shallow',
+                   learning_rate=1e-3)
+  server, spec = _filled_server(config, num_steps=150)
+  try:
+    batches = _batches(server, 3)
+  finally:
+    server.stop()
+  weights = {}
+  for dtype in config_lib.TORSO_DTYPES:
+    cfg = config.replace(torso_dtype=dtype)
+    net = _network(cfg, spec, seed=3)
+    start = [v.numpy().copy() for v in net.trainable_variables]
+    learner = learning.IMPALALearner(net, iter(batches * 4), cfg,
+                                     logger=loggers.InMemoryLogger())
+    for _ in range(12):
+      learner.step()
+    weights[dtype] = [v.numpy() for v in net.trainable_variables]
+    sample = batches[0].data
+    (logits, _), _ = net.unroll(
+        tree.map_structure(lambda x: tf.transpose(
+            x, [1, 0] + list(range(2, len(x.shape)))), sample.observation),
+        tree.map_structure(lambda x: x[:, 0], sample.extras['core_state']))
+    weights[dtype + '_logits'] = tf.nn.log_softmax(logits).numpy()
+  total_change = total_gap = 0.
+  for v, w0, f32, bf16 in zip(net.trainable_variables, start,
+                              weights['float32'], weights['bfloat16']):
+    change, gap = np.linalg.norm(f32 - w0), np.linalg.norm(bf16 - f32)
+    # Every variable learns (a torso cut off from its gradients would not);
+    # the first layer's bias, whose gradient is a sum of many cancelling
+    # terms, is the least precise (up to a third of its tiny change).
+    assert gap < 0.5 * change, (v.name, gap, change)
+    total_change += change ** 2
+    total_gap += gap ** 2
+  assert total_gap < 0.05 ** 2 * total_change, (total_gap, total_change)
+  p_f32, p_bf16 = weights['float32_logits'], weights['bfloat16_logits']
+  kl = (np.exp(p_f32) * (p_f32 - p_bf16)).sum(-1)
+  assert kl.max() < 1e-4, kl.max()
 
 
 def test_learning_rate_anneals_linearly_to_zero(filled_queue):
