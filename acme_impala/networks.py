@@ -16,6 +16,7 @@ step by step, resetting its state where a new episode starts inside the
 sequence, which is what the actor did when it generated the data.
 """
 
+import os
 from typing import Callable, Optional, Sequence, Tuple
 
 from acme.tf.networks import policy_value
@@ -87,24 +88,39 @@ def _add_bias(h: tf.Tensor, b: tf.Variable) -> tf.Tensor:
   return _add_bias_summed_in_float32(h, b)
 
 
+def validate_torso_dtype(torso_dtype: str) -> None:
+  """Raises ValueError unless this process can run the torso in
+  `torso_dtype`: TensorFlow 2.8's CPU kernels for bfloat16 convolutions are
+  oneDNN's, which it loads only with TF_ENABLE_ONEDNN_OPTS=1 (acme_impala's
+  default, see __init__.py); without them the first layer fails."""
+  if torso_dtype not in TORSO_DTYPES:
+    raise ValueError(f'torso_dtype={torso_dtype!r}; expected one of '
+                     f'{TORSO_DTYPES}.')
+  onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0')
+  if torso_dtype == 'bfloat16' and onednn.strip().lower() not in ('1',
+                                                                  'true'):
+    raise ValueError(
+        f"torso_dtype='bfloat16' needs TensorFlow's oneDNN kernels, but "
+        f'TF_ENABLE_ONEDNN_OPTS={onednn!r}; expected 1 (acme_impala\'s '
+        "default) or torso_dtype='float32'.")
+
+
 class ShallowAtariTorso(snt.Module):
   """The paper's shallow torso: conv 16×8×8/4, conv 32×4×4/2, linear 256.
 
   Input [B, H, W, C] (uint8 frames are scaled to [0, 1]); output [B, 256],
   float32.
 
-  `compute_dtype='bfloat16'` runs the three layers in bfloat16 (the CPU's
-  AMX / AVX-512 BF16 units through oneDNN) on float32 variables cast per
-  call: the optimiser, checkpoints and the actors' weights stay float32 and
+  `compute_dtype='bfloat16'` runs the three layers in bfloat16 (oneDNN's
+  kernels for the CPU's AVX-512 BF16 or AMX units) on float32 variables cast
+  per call: the optimiser, checkpoints and the actors' weights stay float32 and
   everything after the torso (LSTM, heads, V-trace, loss) runs in float32.
   """
 
   def __init__(self, compute_dtype: str = 'float32',
                name: str = 'shallow_atari_torso'):
     super().__init__(name=name)
-    if compute_dtype not in TORSO_DTYPES:
-      raise ValueError(f'compute_dtype={compute_dtype!r}; expected one of '
-                       f'{TORSO_DTYPES}.')
+    validate_torso_dtype(compute_dtype)
     self._dtype = tf.as_dtype(compute_dtype)
     layers = [
         snt.Conv2D(16, [8, 8], stride=[4, 4], padding='VALID'),

@@ -27,6 +27,7 @@ from acme_impala import builder as builder_lib
 from acme_impala import config as config_lib
 from acme_impala import environments
 from acme_impala import lifecycle
+from acme_impala import networks
 from acme_impala import nodes
 from acme_impala import run_record
 
@@ -111,6 +112,7 @@ def validate_run(config: config_lib.IMPALAConfig, options: RunOptions,
   """
   config.validate()
   environments.validate_engine(config.env_id, config.env_engine)
+  networks.validate_torso_dtype(config.torso_dtype)
   if options.num_actors < 1:
     raise ValueError(f'num_actors={options.num_actors!r} is invalid: '
                      'expected an integer >= 1.')

@@ -14,7 +14,8 @@ both with unroll_length=20 (items of 21 steps) and batch_size=32, it times
     fresh instance of the same network (same class, config and initial
     weights),
   * on the shallow net, both learners again with the torso in bfloat16
-    (`torso_dtype='bfloat16'`; ours in its default compile mode),
+    (`torso_dtype='bfloat16'`; ours in its default compile mode; only with
+    oneDNN on, which TF 2.8's bfloat16 convolutions need),
 
 and prints a Markdown table of the first-step (trace + compile) time, the
 median step time, the samples per second (trajectories/s = batch_size x
@@ -169,7 +170,8 @@ def _make_learners(config, spec, sample):
     learners[f'ours, {mode}'] = learning.IMPALALearner(
         _make_network(cfg, spec), itertools.repeat(sample), cfg,
         logger=loggers.NoOpLogger())
-  if config.network == 'shallow':
+  bf16 = config.network == 'shallow' and _bf16_possible()
+  if bf16:
     cfg = config.replace(torso_dtype='bfloat16')
     learners[f'ours, {cfg.compile_mode}, {_BF16}'] = learning.IMPALALearner(
         _make_network(cfg, spec), itertools.repeat(sample), cfg,
@@ -181,7 +183,7 @@ def _make_learners(config, spec, sample):
   acme_learning.tf2_savers.Snapshotter = _NoOpSnapshotter
   try:
     learners[_ACME] = _acme_learner(config, spec, sample)
-    if config.network == 'shallow':
+    if bf16:
       # What bfloat16 does for Acme's learner given the same torso: how much
       # of our gain is the network's rather than the update's.
       learners[f'{_ACME}, {_BF16}'] = _acme_learner(
@@ -189,6 +191,16 @@ def _make_learners(config, spec, sample):
   finally:
     acme_learning.tf2_savers.Snapshotter = real_snapshotter
   return learners
+
+
+def _bf16_possible() -> bool:
+  """Whether this process has oneDNN's bfloat16 kernels (not with
+  TF_ENABLE_ONEDNN_OPTS=0: the bfloat16 rows are left out there)."""
+  try:
+    networks.validate_torso_dtype('bfloat16')
+  except ValueError:
+    return False
+  return True
 
 
 def _acme_learner(config, spec, sample):

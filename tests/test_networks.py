@@ -204,6 +204,19 @@ def test_frames_to_float_is_exact(dtype):
                                   tf.cast(want, tf.float32).numpy())
 
 
+def test_bfloat16_torso_needs_onednn(monkeypatch):
+  """TF 2.8's bfloat16 convolutions on CPU are oneDNN's: without them the
+  torso is refused at construction, naming the setting."""
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '0')
+  with pytest.raises(ValueError, match="TF_ENABLE_ONEDNN_OPTS='0'"):
+    networks.ShallowAtariTorso('bfloat16')
+  networks.validate_torso_dtype('float32')
+  with pytest.raises(ValueError, match="torso_dtype='float16'"):
+    networks.validate_torso_dtype('float16')
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')
+  networks.validate_torso_dtype('bfloat16')
+
+
 def test_bfloat16_torso_keeps_the_float32_variables_and_paths():
   """bfloat16 changes the computation only: the same float32 variables under
   the same names, so checkpoints and actors' weights are interchangeable."""

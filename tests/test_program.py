@@ -260,6 +260,12 @@ def test_bad_config_fails_before_any_process(tmp_path):
   assert not os.path.exists(os.path.join(logdir, 'logs'))
   rc, out, _ = _run(['--config.env_id=NoSuchGame-v0'], logdir, timeout=120)
   assert rc == 2 and "'NoSuchGame-v0'" in out and 'CartPole-v1' in out
+  # A bfloat16 torso in processes without oneDNN's kernels.
+  rc, out, _ = _run(['--config=atari', '--config.torso_dtype=bfloat16'],
+                    logdir, timeout=120,
+                    env_extra={'TF_ENABLE_ONEDNN_OPTS': '0'})
+  assert rc == 2 and "TF_ENABLE_ONEDNN_OPTS='0'" in out, out[-2000:]
+  assert not os.path.exists(os.path.join(logdir, 'logs'))
 
 
 _DESCRIBE = r'''
