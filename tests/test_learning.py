@@ -167,10 +167,11 @@ def test_bfloat16_torso_updates_track_float32():
   for v, w0, f32, bf16 in zip(net.trainable_variables, start,
                               weights['float32'], weights['bfloat16']):
     change, gap = np.linalg.norm(f32 - w0), np.linalg.norm(bf16 - f32)
-    # Every variable learns (a torso cut off from its gradients would not);
-    # the first layer's bias, whose gradient is a sum of many cancelling
-    # terms, is the least precise (up to a third of its tiny change).
-    assert gap < 0.5 * change, (v.name, gap, change)
+    # Every variable learns as float32's does (a torso cut off from its
+    # gradients would not move: gap == change); the first layer's bias,
+    # whose gradient sums many cancelling terms, is the least precise (up
+    # to 0.3 of its tiny change in repeated runs).
+    assert gap < 0.75 * change, (v.name, gap, change)
     total_change += change ** 2
     total_gap += gap ** 2
   assert total_gap < 0.05 ** 2 * total_change, (total_gap, total_change)
