@@ -73,7 +73,8 @@ def _add_bias_summed_in_float32(h, b):
   """h [..., C] (bfloat16) + b [C] (float32), in h's dtype; b's gradient
   summed in float32. TensorFlow's own bfloat16 gradients of a bias sum
   hundreds of thousands of terms in bfloat16 (BiasAddGrad: 97 % off on a
-  learner batch's first layer, 19 % on the linear layer in the graph)."""
+  learner batch's first-layer activations where it is not fused into the
+  convolution, 19 % on the linear layer in the learner's graph)."""
 
   def grad(dh):
     return dh, tf.reduce_sum(tf.cast(dh, tf.float32),
