@@ -144,25 +144,20 @@ class ShallowAtariTorso(snt.Module):
       # Sonnet makes a layer's variables in the dtype of its first input:
       # float32 here, from one zero frame, whatever the compute dtype.
       self._net(tf.zeros([1] + inputs.shape[1:].as_list(), tf.float32))
-    dtype = self._dtype
-
-    def weight(v, scale=1.):
-      return tf.cast(v * scale if scale != 1. else v, dtype)
-
     # Sonnet's Conv2D and Linear computations on the layers' own variables,
     # cast to the compute dtype; for uint8 frames conv(x / 255, w) is
     # computed as conv(x, w / 255): the scaling passes over the first layer's
     # 1,024 weights, not over the frames or the layer's output.
-    h = frames_to_float(inputs, dtype)
-    for layer, scale in ((conv1, 1. / 255. if inputs.dtype == tf.uint8
-                          else 1.), (conv2, 1.)):
-      h = tf.nn.convolution(h, weight(layer.w, scale), strides=layer.stride,
+    conv1_w = conv1.w / 255. if inputs.dtype == tf.uint8 else conv1.w
+    h = frames_to_float(inputs, self._dtype)
+    for layer, w in ((conv1, conv1_w), (conv2, conv2.w)):
+      h = tf.nn.convolution(h, tf.cast(w, self._dtype), strides=layer.stride,
                             padding=layer.conv_padding, dilations=layer.rate,
                             data_format=layer.data_format)
       h = tf.nn.relu(_add_bias(h, layer.b))
     h = tf.reshape(h, [tf.shape(h)[0], -1])
-    h = tf.nn.relu(_add_bias(tf.matmul(h, weight(linear.w)), linear.b))
-    return tf.cast(h, tf.float32)
+    h = tf.matmul(h, tf.cast(linear.w, self._dtype))
+    return tf.cast(tf.nn.relu(_add_bias(h, linear.b)), tf.float32)
 
 
 class DeepAtariTorso(vision.ResNetTorso):

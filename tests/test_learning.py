@@ -147,6 +147,7 @@ def test_bfloat16_torso_updates_track_float32():
     batches = _batches(server, 3)
   finally:
     server.stop()
+  sequence = tf2_utils.batch_to_sequence(batches[0].data)  # [T+1, B, ...]
   weights = {}
   for dtype in config_lib.TORSO_DTYPES:
     cfg = config.replace(torso_dtype=dtype)
@@ -157,11 +158,9 @@ def test_bfloat16_torso_updates_track_float32():
     for _ in range(12):
       learner.step()
     weights[dtype] = [v.numpy() for v in net.trainable_variables]
-    sample = batches[0].data
     (logits, _), _ = net.unroll(
-        tree.map_structure(lambda x: tf.transpose(
-            x, [1, 0] + list(range(2, len(x.shape)))), sample.observation),
-        tree.map_structure(lambda x: x[:, 0], sample.extras['core_state']))
+        sequence.observation,
+        tree.map_structure(lambda x: x[0], sequence.extras['core_state']))
     weights[dtype + '_logits'] = tf.nn.log_softmax(logits).numpy()
   total_change = total_gap = 0.
   for v, w0, f32, bf16 in zip(net.trainable_variables, start,
