@@ -338,8 +338,9 @@ class _Pods:
       return f.read()
 
 
-def _render_small(tmp_path, *flags):
-  result = _render(tmp_path, '--max_actor_steps=30000', '--num_actors=2',
+def _render_small(tmp_path, *flags, max_actor_steps=30_000):
+  result = _render(tmp_path, f'--max_actor_steps={max_actor_steps}',
+                   '--num_actors=2',
                    '--config.checkpoint_period_minutes=0.1', *flags)
   assert result.returncode == 0, result.stderr[-3000:]
   with open(tmp_path / 't1.yaml') as f:
@@ -359,7 +360,10 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
   and exits 143, a replacement with the same index joins, and the run
   still ends at its budget with every pod exiting 0."""
   _require_cluster()
-  objects = _render_small(tmp_path)
+  # A budget the remaining actor cannot finish alone while the replacement
+  # starts (~10 s): the default CartPole program writes ~10k env steps/s,
+  # so 30k steps could end before the replacement acted.
+  objects = _render_small(tmp_path, max_actor_steps=300_000)
   volume, logs = tmp_path / 'volume', tmp_path / 'logs'
   volume.mkdir()
   logs.mkdir()
