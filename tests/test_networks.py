@@ -4,6 +4,7 @@ from acme.tf.networks import vision
 from acme.wrappers import observation_action_reward
 import numpy as np
 import pytest
+import sonnet as snt
 import tensorflow as tf
 
 from acme_impala import config as config_lib
@@ -230,3 +231,88 @@ def test_bfloat16_torso_keeps_the_float32_variables_and_paths():
     names[dtype] = [(v.name, v.shape, v.dtype) for v in net.variables]
   assert names['bfloat16'] == names['float32']
   assert all(dtype == tf.float32 for _, _, dtype in names['float32'])
+
+
+def _lstm_stepped(core, inputs, state, start):
+  """The reference: Sonnet's own LSTM called one step at a time, the state
+  replaced by the initial state where an episode starts (autodiff gradients)."""
+  zero = core.initial_state(inputs.shape[1])
+  outputs = []
+  for t in range(inputs.shape[0]):
+    reset = tf.expand_dims(start[t], -1)
+    state = tf.nest.map_structure(lambda z, s, r=reset: tf.where(r, z, s),
+                                  zero, state)
+    output, state = core(inputs[t], state)
+    outputs.append(output)
+  return tf.stack(outputs), state
+
+
+@pytest.mark.parametrize('num_steps', [1, 7])
+@pytest.mark.parametrize('run_as', ['eager', 'graph', 'xla'])
+@pytest.mark.parametrize('use_final_state', [True, False])
+def test_lstm_unroll_matches_sonnet_stepped_one_step_at_a_time(
+    num_steps, run_as, use_final_state):
+  """Values and every gradient (inputs, initial state, w_i, w_h, b) of the
+  hand-written backward pass against autodiff through snt.LSTM's steps."""
+  batch, input_size, hidden = 4, 5, 6
+  rng = np.random.default_rng(num_steps)
+  core = snt.LSTM(hidden)
+  inputs = tf.constant(rng.normal(size=(num_steps, batch, input_size)),
+                       tf.float32)
+  state = snt.LSTMState(
+      hidden=tf.constant(rng.normal(size=(batch, hidden)), tf.float32),
+      cell=tf.constant(rng.normal(size=(batch, hidden)), tf.float32))
+  start = np.zeros((num_steps, batch), bool)
+  start[0, 0] = True  # Row 0 starts an episode: its initial state is unused.
+  start[-1, 2] = True
+  start = tf.constant(start)
+  core(inputs[0], state)
+  # A random linear loss on every output, so that no gradient is symmetric.
+  out_w = tf.constant(rng.normal(size=(num_steps, batch, hidden)), tf.float32)
+  state_w = [tf.constant(rng.normal(size=(batch, hidden)), tf.float32)
+             for _ in range(2)]
+
+  def loss_and_grads(unroll):
+    with tf.GradientTape() as tape:
+      tape.watch([inputs, state])
+      outputs, final = unroll(core, inputs, state, start)
+      loss = tf.reduce_sum(outputs * out_w)
+      if use_final_state:
+        loss += sum(tf.reduce_sum(s * w) for s, w in zip(final, state_w))
+    sources = [inputs, state.hidden, state.cell, core.input_to_hidden,
+               core.hidden_to_hidden, core.b]
+    return (outputs, final), tape.gradient(loss, sources)
+
+  if run_as != 'eager':
+    loss_and_grads = tf.function(loss_and_grads, autograph=False,
+                                 jit_compile=run_as == 'xla')
+  (outputs, final), grads = loss_and_grads(networks.lstm_unroll)
+  (want_outputs, want_final), want_grads = loss_and_grads(
+      lambda core, x, s, r: _lstm_stepped(core, x, s, r))
+  np.testing.assert_allclose(outputs.numpy(), want_outputs.numpy(),
+                             rtol=1e-5, atol=1e-6)
+  for got, want in zip(final, want_final):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5,
+                               atol=1e-6)
+  for got, want in zip(grads, want_grads):
+    assert got is not None
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4,
+                               atol=1e-5)
+  # The reset cuts the gradient to row 0's initial state; others get one.
+  assert not np.any(grads[1].numpy()[0]) and not np.any(grads[2].numpy()[0])
+  assert np.all(np.abs(grads[1].numpy()[1]) > 0)
+
+
+def test_lstm_unroll_refuses_what_it_does_not_compute():
+  core = snt.LSTM(4, projection_size=2)
+  inputs = tf.zeros((3, 2, 5))
+  core(inputs[0], core.initial_state(2))
+  with pytest.raises(ValueError, match='projection_size=2'):
+    networks.lstm_unroll(core, inputs, core.initial_state(2))
+  plain = snt.LSTM(4)
+  plain(inputs[0], plain.initial_state(2))
+  unknown_length = tf.function(
+      lambda x: networks.lstm_unroll(plain, x, plain.initial_state(2)),
+      input_signature=[tf.TensorSpec([None, 2, 5], tf.float32)])
+  with pytest.raises(ValueError, match='static time dimension'):
+    unknown_length.get_concrete_function()
