@@ -13,8 +13,11 @@ from typing import Any, Optional, Sequence, Tuple
 NETWORKS = ('mlp_lstm', 'shallow', 'deep')
 # The compute dtype of the shallow torso's layers (networks.ShallowAtariTorso;
 # variables, LSTM, heads, V-trace and loss stay float32). See README
-# "Learner" for what bfloat16 buys and what was checked.
+# "Learner" for what bfloat16 buys and what was checked. 'auto' is resolved
+# per process by networks.resolve_torso_dtype: bfloat16 for the shallow torso
+# where the CPU has bfloat16 units and oneDNN is on, float32 otherwise.
 TORSO_DTYPES = ('float32', 'bfloat16')
+TORSO_DTYPE_CHOICES = TORSO_DTYPES + ('auto',)
 REWARD_CLIPPING = ('none', 'abs_one', 'soft_asymmetric')
 LOSS_REDUCTIONS = ('mean', 'sum')
 OFF_POLICY_CORRECTIONS = ('vtrace', 'one_step_is', 'epsilon', 'none')
@@ -72,7 +75,8 @@ class IMPALAConfig:
   lstm_size: int = 64
   # Feed the previous action and clipped reward to the LSTM (paper Figure 3).
   use_prev_action_reward: bool = True
-  torso_dtype: str = 'float32'  # One of TORSO_DTYPES; bfloat16: shallow only.
+  # One of TORSO_DTYPE_CHOICES; bfloat16: shallow only.
+  torso_dtype: str = 'float32'
 
   # Trajectories.
   unroll_length: int = 20  # n: transitions per trajectory.
@@ -168,8 +172,8 @@ class IMPALAConfig:
     _check_int_tuple(self, 'mlp_hidden_sizes')
     _check_int(self, 'lstm_size', 1, None)
     _check_bool(self, 'use_prev_action_reward')
-    _check_choice(self, 'torso_dtype', TORSO_DTYPES)
-    if self.torso_dtype != 'float32' and self.network != 'shallow':
+    _check_choice(self, 'torso_dtype', TORSO_DTYPE_CHOICES)
+    if self.torso_dtype == 'bfloat16' and self.network != 'shallow':
       raise ConfigError(
           f'IMPALAConfig.torso_dtype={self.torso_dtype!r} is only '
           f"implemented for network='shallow' (got network="

@@ -162,7 +162,9 @@ def validate_shared_replay(configs: Sequence[config_lib.IMPALAConfig]) -> None:
 def prepare_config(config: config_lib.IMPALAConfig, max_actor_steps: int,
                    label: str = '') -> config_lib.IMPALAConfig:
   """The config as it runs for a budget: the annealing horizon is set from
-  the budget (`IMPALAConfig.learner_steps_for`), and f = 1 is warned about."""
+  the budget (`IMPALAConfig.learner_steps_for`), torso_dtype='auto' resolved
+  in this process (`networks.resolve_torso_dtype`, so that the run's record
+  says which ran), and f = 1 is warned about."""
   if config.replay_fraction == 1.0:
     logging.warning(
         '%sreplay_fraction=1: the learner sees no online data. LASER '
@@ -170,6 +172,8 @@ def prepare_config(config: config_lib.IMPALAConfig, max_actor_steps: int,
         'replayed off-policy data with truncated importance weights can '
         'converge to a wrong policy; expect degraded results.',
         f'{label}: ' if label else '')
+  config = config.replace(torso_dtype=networks.resolve_torso_dtype(
+      config.torso_dtype, config.network))
   return config.with_annealing_horizon(max_actor_steps)
 
 

@@ -42,7 +42,7 @@ def test_defaults_and_named_configs_are_valid():
     ('adder', 'episode', 'trajectory'),
     ('env_engine', 'gpu', "'gymnasium', 'envpool'"),
     ('env_threads', -1, 'integer'),
-    ('torso_dtype', 'float16', "'float32', 'bfloat16'"),
+    ('torso_dtype', 'float16', "'float32', 'bfloat16', 'auto'"),
     ('lambda_', 1.1, r'\[0.0, 1.0\]'),
     ('clip_rho_threshold', 0.0, 'None'),
     ('mlp_hidden_sizes', (), 'positive integers'),
@@ -63,6 +63,10 @@ def test_cross_field_checks():
     config_lib.IMPALAConfig(network='deep', torso_dtype='bfloat16')
   assert config_lib.IMPALAConfig(
       network='shallow', torso_dtype='bfloat16').torso_dtype == 'bfloat16'
+  # 'auto' is valid for every network: it resolves to float32 off 'shallow'.
+  for network in config_lib.NETWORKS:
+    assert config_lib.IMPALAConfig(
+        network=network, torso_dtype='auto').torso_dtype == 'auto'
   with pytest.raises(config_lib.ConfigError, match='clip_c_threshold=2.0'):
     config_lib.IMPALAConfig(clip_c_threshold=2.0, clip_rho_threshold=1.0)
   with pytest.raises(config_lib.ConfigError, match='max_queue_size=4'):

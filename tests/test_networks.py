@@ -316,3 +316,62 @@ def test_lstm_unroll_refuses_what_it_does_not_compute():
       input_signature=[tf.TensorSpec([None, 2, 5], tf.float32)])
   with pytest.raises(ValueError, match='static time dimension'):
     unknown_length.get_concrete_function()
+
+
+def _cpuinfo(tmp_path, flags):
+  path = tmp_path / 'cpuinfo'
+  path.write_text('processor\t: 0\nmodel name\t: test\n'
+                  f'flags\t\t: fpu sse2 avx512f {flags}\n\n')
+  return str(path)
+
+
+@pytest.mark.parametrize('flags,expected', [
+    ('avx512_bf16', True), ('amx_bf16 amx_tile', True), ('avx2', False)])
+def test_cpu_has_bfloat16_units_reads_the_cpu_flags(tmp_path, flags,
+                                                    expected):
+  assert networks.cpu_has_bfloat16_units(_cpuinfo(tmp_path, flags)) is (
+      expected)
+  assert not networks.cpu_has_bfloat16_units(str(tmp_path / 'missing'))
+
+
+@pytest.mark.parametrize('network,onednn,units,expected', [
+    ('shallow', '1', True, 'bfloat16'),
+    ('shallow', '0', True, 'float32'),  # No oneDNN: no bfloat16 kernels.
+    ('shallow', '1', False, 'float32'),  # Emulated bfloat16 is not faster.
+    ('deep', '1', True, 'float32'),
+    ('mlp_lstm', '1', True, 'float32'),
+])
+def test_auto_torso_dtype_is_bfloat16_only_where_it_is_fast(
+    monkeypatch, network, onednn, units, expected):
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', onednn)
+  monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda: units)
+  assert networks.resolve_torso_dtype('auto', network) == expected
+  networks.validate_torso_dtype('auto')
+  # Explicit values are kept as they are, whatever the machine.
+  for dtype in networks.TORSO_DTYPES:
+    assert networks.resolve_torso_dtype(dtype, network) == dtype
+
+
+def test_auto_torso_computes_in_the_resolved_dtype(monkeypatch):
+  """An 'auto' shallow torso gives exactly what the torso of the dtype it
+  resolves to gives on the same variables, and not what the other gives."""
+  frames = tf.constant(np.random.default_rng(0).integers(
+      0, 256, (2, 84, 84, 4)), tf.uint8)
+
+  def output(torso, weights):
+    torso(frames)
+    for variable, value in zip(torso.variables, weights):
+      variable.assign(value)
+    return torso(frames).numpy()
+
+  for units, resolved, other in ((True, 'bfloat16', 'float32'),
+                                 (False, 'float32', 'bfloat16')):
+    monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda u=units: u)
+    auto = networks.ShallowAtariTorso('auto')
+    auto(frames)
+    weights = [v.numpy() for v in auto.variables]
+    got = output(auto, weights)
+    np.testing.assert_array_equal(
+        got, output(networks.ShallowAtariTorso(resolved), weights))
+    assert not np.array_equal(
+        got, output(networks.ShallowAtariTorso(other), weights))

@@ -349,6 +349,25 @@ def test_prepare_run_sets_the_annealing_horizon_from_online_rows(tmp_path):
   assert run.agents[0].config.lr_anneal_steps == 80_000
 
 
+def test_prepare_run_resolves_auto_torso_dtype_and_records_it(
+    tmp_path, monkeypatch):
+  """'auto' is resolved once, before any process starts; the record keeps
+  both what was asked ('auto') and what runs."""
+  from acme_impala import networks  # pylint: disable=g-import-not-at-top
+  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala import run_record  # pylint: disable=g-import-not-at-top
+  config = configs.get_config('atari').replace(torso_dtype='auto')
+  for units, resolved in ((True, 'bfloat16'), (False, 'float32')):
+    monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda u=units: u)
+    logdir = str(tmp_path / resolved)
+    run = program_lib.prepare_run([config], logdir, 100_000)
+    assert run.agents[0].config.torso_dtype == resolved
+    record = run_record.read_record(logdir)
+    assert record['configs'][0]['torso_dtype'] == 'auto'
+    assert record['effective_configs'][0]['torso_dtype'] == resolved
+    assert run_record.load_config(logdir).torso_dtype == resolved
+
+
 def test_sweep_agents_get_their_own_seed_streams(tmp_path):
   from acme_impala import configs  # pylint: disable=g-import-not-at-top
   from acme_impala import nodes  # pylint: disable=g-import-not-at-top
