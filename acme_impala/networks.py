@@ -27,7 +27,6 @@ import sonnet as snt
 import tensorflow as tf
 
 from acme_impala.config import TORSO_DTYPE_CHOICES
-from acme_impala.config import TORSO_DTYPES
 
 OAR = observation_action_reward.OAR
 Logits = tf.Tensor
@@ -275,22 +274,25 @@ def lstm_unroll(core: snt.LSTM, inputs: tf.Tensor, state: snt.LSTMState,
   num_steps = inputs.shape[0]
   if num_steps is None:
     raise ValueError('lstm_unroll needs a static time dimension.')
-  keep = None
+  reset = None
   if start_of_episode is not None:
-    keep = tf.unstack(tf.expand_dims(
-        1. - tf.cast(start_of_episode, inputs.dtype), -1), num=num_steps)
+    reset = tf.unstack(tf.expand_dims(tf.cast(start_of_episode, tf.bool), -1),
+                       num=num_steps)  # T x [B, 1]
 
   def kept(x, t):
-    return x if keep is None else keep[t] * x
+    # tf.where, not a multiplication by 0/1: a non-finite state (or
+    # gradient) is cleared by a reset, as the actor's zero state is clean.
+    return x if reset is None else tf.where(reset[t], tf.zeros_like(x), x)
 
   @tf.custom_gradient
-  def run(inputs, hidden, cell, w_i, w_h, b):
+  def run(inputs, hidden_0, cell_0, w_i, w_h, b):
     batch_size = tf.shape(inputs)[1]
     input_size, gates_size = inputs.shape[-1], w_h.shape[-1]
     flat_inputs = tf.reshape(inputs, [-1, input_size])  # [T*B, D]
     input_gates = tf.unstack(tf.reshape(
         tf.matmul(flat_inputs, w_i) + b, [num_steps, batch_size, gates_size]),
                              num=num_steps)
+    hidden, cell = hidden_0, cell_0
     saved, outputs = [], []
     for t in range(num_steps):
       h_in, c_in = kept(hidden, t), kept(cell, t)
@@ -303,22 +305,25 @@ def lstm_unroll(core: snt.LSTM, inputs: tf.Tensor, state: snt.LSTMState,
       outputs.append(hidden)
 
     def grad(d_outputs, d_hidden, d_cell):
+      # Zeros for an output nobody used (TF 2.8 passes zeros already).
       d_hidden = tf.zeros_like(hidden) if d_hidden is None else d_hidden
       d_cell = tf.zeros_like(cell) if d_cell is None else d_cell
+      if d_outputs is None:
+        d_outputs = tf.zeros([num_steps, batch_size, hidden.shape[-1]])
       d_outputs = tf.unstack(d_outputs, num=num_steps)
       w_h_t = _transpose_unfolded(w_h)
-      d_gates = [None] * num_steps
+      d_gates_t = [None] * num_steps
       for t in reversed(range(num_steps)):
         _, c_in, i, f, g, o, tanh_cell = saved[t]
         d_h = d_hidden + d_outputs[t]
         d_c = d_cell + d_h * o * (1. - tanh_cell * tanh_cell)
-        d_gates[t] = tf.concat([d_c * g * i * (1. - i),
-                                d_c * c_in * f * (1. - f),
-                                d_c * i * (1. - g * g),
-                                d_h * tanh_cell * o * (1. - o)], axis=1)
-        d_hidden = kept(tf.matmul(d_gates[t], w_h_t), t)
+        d_gates_t[t] = tf.concat([d_c * g * i * (1. - i),
+                                  d_c * c_in * f * (1. - f),
+                                  d_c * i * (1. - g * g),
+                                  d_h * tanh_cell * o * (1. - o)], axis=1)
+        d_hidden = kept(tf.matmul(d_gates_t[t], w_h_t), t)
         d_cell = kept(d_c * f, t)
-      d_gates = tf.reshape(tf.stack(d_gates), [-1, gates_size])  # [T*B, 4H]
+      d_gates = tf.reshape(tf.stack(d_gates_t), [-1, gates_size])  # [T*B, 4H]
       hidden_in = tf.reshape(tf.stack([s[0] for s in saved]),
                              [-1, w_h.shape[0]])
       d_inputs = tf.reshape(

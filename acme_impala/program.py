@@ -163,8 +163,10 @@ def prepare_config(config: config_lib.IMPALAConfig, max_actor_steps: int,
                    label: str = '') -> config_lib.IMPALAConfig:
   """The config as it runs for a budget: the annealing horizon is set from
   the budget (`IMPALAConfig.learner_steps_for`), torso_dtype='auto' resolved
-  in this process (`networks.resolve_torso_dtype`, so that the run's record
-  says which ran), and f = 1 is warned about."""
+  in this process (`networks.resolve_torso_dtype`: the launcher's record
+  says which ran wherever the nodes run on the launcher's kind of CPU, as
+  under local_mp; a Kubernetes pod resolves it again on its own node), and
+  f = 1 is warned about."""
   if config.replay_fraction == 1.0:
     logging.warning(
         '%sreplay_fraction=1: the learner sees no online data. LASER '

@@ -131,3 +131,5 @@ def test_atari_network_is_the_papers_shallow_torso_with_lstm_256(atari):
   assert atari.network == 'shallow'
   assert atari.lstm_size == 256
   assert atari.use_prev_action_reward is True
+  # Not a Table G.1 row: bfloat16 only where the CPU makes it faster.
+  assert atari.torso_dtype == 'auto'

@@ -140,7 +140,7 @@ def _relative_error(got, want) -> float:
   return float(tf.norm(got - want) / tf.norm(want))
 
 
-@pytest.mark.parametrize('compute_dtype', networks.TORSO_DTYPES)
+@pytest.mark.parametrize('compute_dtype', config_lib.TORSO_DTYPES)
 def test_shallow_torso_on_frames_is_the_papers_formula(compute_dtype):
   """uint8 frames: the torso (first layer's weights scaled by 1/255, layers in
   the compute dtype) equals the layers applied to frames / 255 in float32
@@ -223,7 +223,7 @@ def test_bfloat16_torso_keeps_the_float32_variables_and_paths():
   the same names, so checkpoints and actors' weights are interchangeable."""
   frames = np.zeros((2, 84, 84, 4), np.uint8)
   names = {}
-  for dtype in networks.TORSO_DTYPES:
+  for dtype in config_lib.TORSO_DTYPES:
     config = config_lib.IMPALAConfig(network='shallow', lstm_size=8,
                                      torso_dtype=dtype)
     net = networks.make_network(config, num_actions=4)
@@ -303,6 +303,46 @@ def test_lstm_unroll_matches_sonnet_stepped_one_step_at_a_time(
   assert np.all(np.abs(grads[1].numpy()[1]) > 0)
 
 
+def test_lstm_unroll_split_in_two_equals_one_unroll_with_any_batch():
+  """What the learner does (`_unroll_keeping_state`, burn-in): the state out
+  of one unroll fed to the next gives the values and gradients of one
+  unroll, also in a graph traced for an unknown batch size."""
+  rng = np.random.default_rng(1)
+  core = snt.LSTM(6)
+  steps, batch = 7, 3
+  inputs = tf.constant(rng.normal(size=(steps, batch, 5)), tf.float32)
+  start = tf.constant(rng.random((steps, batch)) < 0.2)
+  core(inputs[0], core.initial_state(batch))
+  out_w = tf.constant(rng.normal(size=(steps, batch, 6)), tf.float32)
+
+  def traced(split):
+    @tf.function(autograph=False,
+                 input_signature=[tf.TensorSpec([steps, None, 5]),
+                                  tf.TensorSpec([steps, None], tf.bool),
+                                  tf.TensorSpec([steps, None, 6])])
+    def loss_and_grads(x, start, out_w):
+      state = core.initial_state(tf.shape(x)[1])
+      state = snt.LSTMState(state.hidden + 0.5, state.cell - 0.5)
+      with tf.GradientTape() as tape:
+        tape.watch(x)
+        if split:
+          head, state_4 = networks.lstm_unroll(core, x[:4], state, start[:4])
+          tail, final = networks.lstm_unroll(core, x[4:], state_4, start[4:])
+          outputs = tf.concat([head, tail], 0)
+        else:
+          outputs, final = networks.lstm_unroll(core, x, state, start)
+        loss = tf.reduce_sum(outputs * out_w) + tf.reduce_sum(final.cell)
+      return loss, tape.gradient(loss, [x] + list(core.trainable_variables))
+    return loss_and_grads(inputs, start, out_w)
+
+  whole, grads = traced(split=False)
+  split, split_grads = traced(split=True)
+  np.testing.assert_allclose(split.numpy(), whole.numpy(), rtol=1e-5)
+  for got, want in zip(split_grads, grads):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_lstm_unroll_refuses_what_it_does_not_compute():
   core = snt.LSTM(4, projection_size=2)
   inputs = tf.zeros((3, 2, 5))
@@ -348,13 +388,18 @@ def test_auto_torso_dtype_is_bfloat16_only_where_it_is_fast(
   assert networks.resolve_torso_dtype('auto', network) == expected
   networks.validate_torso_dtype('auto')
   # Explicit values are kept as they are, whatever the machine.
-  for dtype in networks.TORSO_DTYPES:
+  for dtype in config_lib.TORSO_DTYPES:
     assert networks.resolve_torso_dtype(dtype, network) == dtype
 
 
 def test_auto_torso_computes_in_the_resolved_dtype(monkeypatch):
   """An 'auto' shallow torso gives exactly what the torso of the dtype it
   resolves to gives on the same variables, and not what the other gives."""
+  try:
+    networks.validate_torso_dtype('bfloat16')
+  except ValueError:
+    pytest.skip('TensorFlow loaded without oneDNN (TF_ENABLE_ONEDNN_OPTS=0 '
+                'exported): no bfloat16 convolutions in this process.')
   frames = tf.constant(np.random.default_rng(0).integers(
       0, 256, (2, 84, 84, 4)), tf.uint8)
 

@@ -355,7 +355,7 @@ def test_prepare_run_resolves_auto_torso_dtype_and_records_it(
   both what was asked ('auto') and what runs."""
   from acme_impala import networks  # pylint: disable=g-import-not-at-top
   from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import run_record  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')
   config = configs.get_config('atari').replace(torso_dtype='auto')
   for units, resolved in ((True, 'bfloat16'), (False, 'float32')):
     monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda u=units: u)

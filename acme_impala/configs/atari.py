@@ -54,4 +54,9 @@ def get_config() -> config_lib.IMPALAConfig:
       # with gymnasium (README, "Environment engines").
       envs_per_actor=8,
       env_engine='envpool',
+      # Not in the paper: the shallow torso in bfloat16 where the CPU has
+      # bfloat16 units and oneDNN is on (float32 elsewhere): the learner step
+      # 1.25x faster here, the same early Breakout learning curve over 1.5M
+      # env steps in both precisions (README "Learner").
+      torso_dtype='auto',
   )
