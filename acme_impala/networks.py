@@ -130,8 +130,8 @@ def validate_torso_dtype(torso_dtype: str) -> None:
   if torso_dtype not in TORSO_DTYPE_CHOICES:
     raise ValueError(f'torso_dtype={torso_dtype!r}; expected one of '
                      f'{TORSO_DTYPE_CHOICES}.')
-  onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0')
   if torso_dtype == 'bfloat16' and not _onednn_on():
+    onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0')
     raise ValueError(
         f"torso_dtype='bfloat16' needs TensorFlow's oneDNN kernels, but "
         f'TF_ENABLE_ONEDNN_OPTS={onednn!r}; expected 1 (acme_impala\'s '
