@@ -49,12 +49,13 @@ def get_config() -> config_lib.IMPALAConfig:
       rmsprop_momentum=0.0,
       max_gradient_norm=40.0,
       # Not in the paper (its actors ran one environment each, on many
-      # machines): 128 environments per actor, so that one policy call and
-      # one adder step serve many emulator steps. On 2 cores the Pong actor
-      # alone ran at 60-75 % of EnvPool's own rate with 128 (38 % with 8),
-      # and the program with its 2 actors at 2276 env steps/s against 1163
-      # with 2 x 8, learner-bound (README, "Environment engines").
-      envs_per_actor=128,
+      # machines): 2 actors x 8 environments on EnvPool. More environments
+      # per actor make the actor itself faster (the Pong actor alone at
+      # 60-75 % of EnvPool's rate with 128, ~40 % with 8) and the program
+      # 1.6-2x faster in env steps/s on 2 cores, but did not learn Breakout
+      # faster per minute and learned it worse per env step (1.5M steps,
+      # 2 x 32 and 2 x 128 against 2 x 8; README, "Environment engines").
+      envs_per_actor=8,
       env_engine='envpool',
       # Not in the paper: the shallow torso in bfloat16 where the CPU has
       # bfloat16 units and oneDNN is on (float32 elsewhere): the learner step
