@@ -781,6 +781,7 @@ class EnvPoolBatch(BatchedEnvironment):
                              _classic_control_terminal(env_id))
     self._done = np.zeros(num_envs, bool)
     self._ids = np.arange(num_envs)
+    self._pending = None  # The actions of a step_async not yet waited for.
     self._closed = False
 
   @property
@@ -803,6 +804,9 @@ class EnvPoolBatch(BatchedEnvironment):
                            observation)
 
   def reset(self) -> dm_env.TimeStep:
+    if self._pending is not None:
+      raise RuntimeError('EnvPoolBatch.reset called while a step_async is '
+                         'running: call step_wait first.')
     observation, _ = self._pool.reset()
     self._done[:] = False
     zeros = np.zeros(self._k, np.float32)
@@ -811,12 +815,31 @@ class EnvPoolBatch(BatchedEnvironment):
                        np.zeros(self._k, np.int32))
 
   def step(self, actions: np.ndarray) -> dm_env.TimeStep:
+    self.step_async(actions)
+    return self.step_wait()
+
+  def step_async(self, actions: np.ndarray) -> None:
+    """Starts `step(actions)` on EnvPool's threads and returns at once;
+    `step_wait` returns its timesteps. The caller can work meanwhile (e.g.
+    the policy of another batch: `benchmarks/throughput.py
+    --actor_overlap`, which measured no gain on 2 cores, README)."""
     actions = np.asarray(actions, np.int32)
     if actions.shape != (self._k,):
       raise ValueError(f'EnvPoolBatch.step expects int32[{self._k}] actions, '
                        f'got shape {actions.shape}.')
-    observation, reward, terminated, truncated, info = self._pool.step(
-        actions)
+    if self._pending is not None:
+      raise RuntimeError('EnvPoolBatch.step_async called again before '
+                         'step_wait returned the step already started.')
+    self._pool.send(actions)
+    self._pending = actions
+
+  def step_wait(self) -> dm_env.TimeStep:
+    """The timesteps of the step `step_async` started (blocks until done)."""
+    if self._pending is None:
+      raise RuntimeError('EnvPoolBatch.step_wait called with no step '
+                         'started: call step_async(actions) first.')
+    actions, self._pending = self._pending, None
+    observation, reward, terminated, truncated, info = self._pool.recv()
     if not np.array_equal(info['env_id'], self._ids):
       # A synchronous pool returns its rows in environment order; checked
       # since the rows are the adders' streams.

@@ -17,12 +17,17 @@ and in a fresh process each: the engine alone (random actions, env steps/s
 of one process), and one actor process alone (the batched actor with the
 config's network, the builder's adder writing to a real Reverb queue that a
 thread drains as a learner would, no learner), and prints the actor's rate
-as a fraction of the engine-only rate.
+as a fraction of the engine-only rate. With `--actor_overlap` each EnvPool
+row also measures one process with two actors of K/2 environments (one
+EnvPool each) stepped alternately, so that one half's emulators run while
+the other half's policy and adder do (`EnvPoolBatch.step_async`).
 
   python benchmarks/throughput.py [--quick] [--config=cartpole] [--env=...]
   python benchmarks/throughput.py --config=atari --settings=1x8,2x8
   python benchmarks/throughput.py --engines=gymnasium,envpool \
       --actor_rows=CartPole-v1:64,ALE/Pong-v5:16 --settings=1x64 --skip_acme
+  python benchmarks/throughput.py --config=atari --engines=envpool \
+      --actor_rows=ALE/Pong-v5:8,ALE/Pong-v5:64 --actor_overlap
 """
 
 import csv
@@ -71,6 +76,9 @@ flags.DEFINE_enum('actor_sink', 'drain', ['drain', 'evict'],
                   "item (decompressed into numpy, as a reader would); "
                   "'evict': a FIFO table of the queue's size and signature "
                   'drops the oldest item on insert, so nothing is read.')
+flags.DEFINE_bool('actor_overlap', False, 'Actor-only rows, EnvPool: also '
+                  'two actors of K/2 environments overlapped in one process '
+                  '(one steps its emulators while the other acts).')
 flags.DEFINE_string('probe', None, 'Internal: ENGINE:ENV_ID:K:MODE, one '
                     'measurement in this process, printed as JSON.')
 FLAGS = flags.FLAGS
@@ -92,8 +100,9 @@ def _config_for(env_id):
 
 
 def _probe(engine, env_id, k, mode):
-  """Env steps/s of one process: the engine alone ('env') or one actor
-  ('actor': policy, adder, Reverb queue drained by a thread)."""
+  """Env steps/s of one process: the engine alone ('env'), one actor
+  ('actor': policy, adder, Reverb queue drained by a thread) or two of K/2
+  environments overlapped ('overlap', EnvPool only)."""
   import threading  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import reverb  # pylint: disable=g-import-not-at-top
@@ -104,8 +113,9 @@ def _probe(engine, env_id, k, mode):
 
   config = _config_for(env_id).replace(
       envs_per_actor=k, env_engine=engine, env_threads=FLAGS.env_threads)
-  env = environments.make_batched_environment(
-      env_id, seeds=range(k), engine=engine, num_threads=FLAGS.env_threads)
+  if mode != 'overlap':
+    env = environments.make_batched_environment(
+        env_id, seeds=range(k), engine=engine, num_threads=FLAGS.env_threads)
   if mode == 'env':
     rng = np.random.default_rng(0)
     num_actions = environments.environment_spec(env_id).actions.num_values
@@ -133,20 +143,75 @@ def _probe(engine, env_id, k, mode):
         for _ in client.sample(builder.queue_table, num_samples=10**12):
           pass
       threading.Thread(target=read_all, daemon=True).start()
-    actor = builder.make_actor(
-        builder.make_network(), builder.make_adder(client, k, batched=True),
-        seed=0, num_envs=k, batched=True)
-    loop = loops.BatchedEnvironmentLoop(env, actor,
-                                        logger=loggers.NoOpLogger(),
-                                        should_update=False)
+    if mode == 'overlap':
+      run = _overlapped_actors(builder, client, env_id, k)
+    else:
+      actor = builder.make_actor(
+          builder.make_network(), builder.make_adder(client, k, batched=True),
+          seed=0, num_envs=k, batched=True)
+      loop = loops.BatchedEnvironmentLoop(env, actor,
+                                          logger=loggers.NoOpLogger(),
+                                          should_update=False)
 
-    def run(seconds):
-      steps, start = 0, time.time()
-      while time.time() - start < seconds:
-        steps += loop.run(num_steps=20 * k)
-      return steps / (time.time() - start)
+      def run(seconds):
+        steps, start = 0, time.time()
+        while time.time() - start < seconds:
+          steps += loop.run(num_steps=20 * k)
+        return steps / (time.time() - start)
   run(min(5., FLAGS.actor_seconds))  # Warm-up: tracing, first episodes.
   return run(FLAGS.actor_seconds)
+
+
+def _overlapped_actors(builder, client, env_id, k):
+  """`run(seconds)` of two actors of K/2 environments sharing one network:
+  while one half's EnvPool steps (its own threads), the other half's actor
+  records its step and calls the policy. Items are those of the serial
+  actor's K streams (each half's adder keeps its own K/2)."""
+  import dm_env  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  from acme_impala import types  # pylint: disable=g-import-not-at-top
+  if k % 2:
+    raise ValueError(f'--actor_overlap splits K in two halves; got odd K={k}.')
+  half = k // 2
+  network = builder.make_network()
+  envs = [environments.EnvPoolBatch(env_id, half, seed=i * half,
+                                    num_threads=FLAGS.env_threads)
+          for i in range(2)]
+  actors = [builder.make_actor(network,
+                               builder.make_adder(client, half, batched=True),
+                               seed=i, num_envs=half, batched=True)
+            for i in range(2)]
+  timesteps = [env.reset() for env in envs]
+  actions = [None, None]
+  for actor, first in zip(actors, timesteps):
+    for row in range(half):
+      actor.observe_first(row, types.timestep_row(first, row))
+
+  def act(i):
+    actions[i] = actors[i].select_actions(timesteps[i].observation)
+    envs[i].step_async(actions[i])
+
+  def record(i):
+    timesteps[i] = envs[i].step_wait()
+    actors[i].observe(actions[i], timesteps[i])
+    restarted = np.flatnonzero(
+        timesteps[i].step_type == int(dm_env.StepType.FIRST))
+    for row in restarted:
+      actors[i].observe_first(int(row), types.timestep_row(timesteps[i], row))
+    return half - len(restarted)
+
+  act(0)
+
+  def run(seconds):
+    steps, start = 0, time.time()
+    while time.time() - start < seconds:
+      act(1)
+      steps += record(0)
+      act(0)
+      steps += record(1)
+    return steps / (time.time() - start)
+  return run
 
 
 def _probe_in_subprocess(engine, env_id, k, mode):
@@ -171,24 +236,35 @@ def _actor_table():
       print(f'actor-only: {engine} {env_id} x {k}...', flush=True)
       env_sps = _probe_in_subprocess(engine, env_id, int(k), 'env')
       actor_sps = _probe_in_subprocess(engine, env_id, int(k), 'actor')
-      rows.append((env_id, int(k), engine, env_sps, actor_sps))
+      overlap_sps = (_probe_in_subprocess(engine, env_id, int(k), 'overlap')
+                     if FLAGS.actor_overlap and engine == 'envpool' else None)
+      rows.append((env_id, int(k), engine, env_sps, actor_sps, overlap_sps))
   print(f'\nthroughput.py at commit {provenance.git_commit()}: one process '
         f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
         f'2 cores; EnvPool threads {FLAGS.env_threads or "min(K, cores)"}; '
         'actor = batched policy (one graph call via tf.data) + adder into '
         'a Reverb queue ' + ('drained by a thread' if FLAGS.actor_sink ==
                              'drain' else 'that evicts its oldest item') +
-        ', no learner.\n')
+        ', no learner' + ('; overlapped = two actors of K/2 environments, '
+                           'one EnvPool each, stepped alternately'
+                           if FLAGS.actor_overlap else '') + '.\n')
+  overlap = ' overlapped (env steps/s) | overlapped / actor |'
   print('| environment | envs | engine | engine alone (env steps/s) | '
         'actor (env steps/s) | actor / engine alone | actor vs gymnasium '
-        'actor |')
-  print('|---|---:|---|---:|---:|---:|---:|')
-  base = {(e, k): a for e, k, engine, _, a in rows if engine == 'gymnasium'}
-  for env_id, k, engine, env_sps, actor_sps in rows:
+        'actor |' + (overlap if FLAGS.actor_overlap else ''))
+  print('|---|---:|---|---:|---:|---:|---:|' +
+        ('---:|---:|' if FLAGS.actor_overlap else ''))
+  base = {(e, k): a for e, k, engine, _, a, _ in rows
+          if engine == 'gymnasium'}
+  for env_id, k, engine, env_sps, actor_sps, overlap_sps in rows:
     versus = (f'{actor_sps / base[(env_id, k)]:.2f}x'
               if (env_id, k) in base else '-')
-    print(f'| {env_id} | {k} | {engine} | {env_sps:.0f} | {actor_sps:.0f} | '
-          f'{actor_sps / env_sps:.0%} | {versus} |')
+    line = (f'| {env_id} | {k} | {engine} | {env_sps:.0f} | {actor_sps:.0f} '
+            f'| {actor_sps / env_sps:.0%} | {versus} |')
+    if FLAGS.actor_overlap:
+      line += (' - | - |' if overlap_sps is None else
+               f' {overlap_sps:.0f} | {overlap_sps / actor_sps:.2f}x |')
+    print(line)
   print()
 
 
@@ -268,6 +344,11 @@ def main(argv):
     engine, env_id, k, mode = FLAGS.probe.rsplit(':', 3)
     print(json.dumps({'env_sps': _probe(engine, env_id, int(k), mode)}))
     return
+  if FLAGS.actor_overlap:
+    odd = [r for r in FLAGS.actor_rows if int(r.rsplit(':', 1)[1]) % 2]
+    if not FLAGS.actor_rows or odd:
+      raise app.UsageError('--actor_overlap needs --actor_rows with even K '
+                           f'(two halves); got {FLAGS.actor_rows}.')
   if FLAGS.actor_rows:
     _actor_table()
     if not FLAGS.settings:

@@ -530,6 +530,41 @@ def test_engine_errors_name_the_value():
     environments.EnvPoolBatch('CartPole-v1', 2).step(np.zeros(3, np.int32))
 
 
+def test_envpool_step_async_then_wait_is_step():
+  """Two halves started and waited for alternately (the overlapped actor of
+  `benchmarks/throughput.py --actor_overlap`) see exactly what `step` gives
+  pools of the same seeds, episode restarts included."""
+  halves = [environments.EnvPoolBatch('CartPole-v1', 2, seed=s)
+            for s in (0, 2)]
+  references = [environments.EnvPoolBatch('CartPole-v1', 2, seed=s)
+                for s in (0, 2)]
+  for half, reference in zip(halves, references):
+    _assert_same_batch(half.reset(), reference.reset())
+  rng = np.random.default_rng(0)
+  firsts = 0
+  actions = [rng.integers(0, 2, size=2).astype(np.int32) for _ in halves]
+  halves[0].step_async(actions[0])
+  for _ in range(60):
+    halves[1].step_async(actions[1])
+    for i in (0, 1):
+      got = halves[i].step_wait()
+      _assert_same_batch(got, references[i].step(actions[i]))
+      firsts += int(np.sum(got.step_type == _FIRST))
+      actions[i] = rng.integers(0, 2, size=2).astype(np.int32)
+      if i == 0:
+        halves[0].step_async(actions[0])
+  assert firsts > 0  # Restarts happened between the halves' calls.
+  with pytest.raises(RuntimeError, match='called again before step_wait'):
+    halves[0].step_async(actions[0])
+  with pytest.raises(RuntimeError, match='step_async is running'):
+    halves[0].reset()
+  halves[0].step_wait()
+  with pytest.raises(RuntimeError, match='no step started'):
+    halves[0].step_wait()
+  for pool in halves + references:
+    pool.close()
+
+
 def test_usable_cores_reads_the_cgroup_quota(monkeypatch):
   """A pod limited to 1.5 CPUs on a bigger node gets 2 EnvPool threads, not
   one per core of the node."""
