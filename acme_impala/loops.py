@@ -21,8 +21,8 @@ from acme_impala import environments
 from acme_impala import types
 
 
-def _observe_firsts(actor: acting.BatchedIMPALAActor,
-                    timesteps: dm_env.TimeStep, rows) -> None:
+def observe_firsts(actor: acting.BatchedIMPALAActor,
+                   timesteps: dm_env.TimeStep, rows) -> None:
   """The actor starts an episode in each of `rows` (its LSTM rows reset)."""
   for i in rows:
     actor.observe_first(int(i), types.timestep_row(timesteps, i))
@@ -64,7 +64,7 @@ class BatchedEnvironmentLoop:
     if self._timesteps is None:
       # Episodes carry on across run() calls, as the adders' streams do.
       self._timesteps = self._env.reset()
-      _observe_firsts(self._actor, self._timesteps, range(k))
+      observe_firsts(self._actor, self._timesteps, range(k))
       self._returns = np.zeros(k)
       self._lengths = np.zeros(k, np.int64)
     returns, lengths = self._returns, self._lengths
@@ -81,7 +81,7 @@ class BatchedEnvironmentLoop:
       self._actor.observe(actions, timesteps)
       step_types = np.asarray(timesteps.step_type)
       restarted = np.flatnonzero(step_types == int(dm_env.StepType.FIRST))
-      _observe_firsts(self._actor, timesteps, restarted)
+      observe_firsts(self._actor, timesteps, restarted)
       stepped = k - len(restarted)
       returns += timesteps.reward  # 0 on restarted rows.
       lengths += step_types != int(dm_env.StepType.FIRST)
@@ -130,7 +130,7 @@ def evaluation_episodes(
     raise ValueError(f'Got {k} environments for an actor of '
                      f'num_envs={actor.num_envs}.')
   timesteps = environment.reset()
-  _observe_firsts(actor, timesteps, range(k))
+  observe_firsts(actor, timesteps, range(k))
   returns = np.zeros(k)
   lengths = np.zeros(k, np.int64)
   done = np.zeros(k, bool)
@@ -146,7 +146,7 @@ def evaluation_episodes(
     returns[counted] += np.asarray(timesteps.reward)[counted]
     lengths[counted] += 1
     done |= counted & (step_types == int(dm_env.StepType.LAST))
-    _observe_firsts(actor, timesteps,
+    observe_firsts(actor, timesteps,
                     np.flatnonzero(step_types == int(dm_env.StepType.FIRST)))
     steps += 1
   rate = lengths.sum() / max(time.time() - start, 1e-9)

@@ -170,10 +170,8 @@ def _overlapped_actors(builder, client, env_id, k):
   import dm_env  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  from acme_impala import types  # pylint: disable=g-import-not-at-top
-  if k % 2:
-    raise ValueError(f'--actor_overlap splits K in two halves; got odd K={k}.')
-  half = k // 2
+  from acme_impala import loops  # pylint: disable=g-import-not-at-top
+  half = k // 2  # main() refused odd K before any process started.
   network = builder.make_network()
   envs = [environments.EnvPoolBatch(env_id, half, seed=i * half,
                                     num_threads=FLAGS.env_threads)
@@ -185,8 +183,7 @@ def _overlapped_actors(builder, client, env_id, k):
   timesteps = [env.reset() for env in envs]
   actions = [None, None]
   for actor, first in zip(actors, timesteps):
-    for row in range(half):
-      actor.observe_first(row, types.timestep_row(first, row))
+    loops.observe_firsts(actor, first, range(half))
 
   def act(i):
     actions[i] = actors[i].select_actions(timesteps[i].observation)
@@ -197,8 +194,7 @@ def _overlapped_actors(builder, client, env_id, k):
     actors[i].observe(actions[i], timesteps[i])
     restarted = np.flatnonzero(
         timesteps[i].step_type == int(dm_env.StepType.FIRST))
-    for row in restarted:
-      actors[i].observe_first(int(row), types.timestep_row(timesteps[i], row))
+    loops.observe_firsts(actors[i], timesteps[i], restarted)
     return half - len(restarted)
 
   act(0)
