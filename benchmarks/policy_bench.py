@@ -1,11 +1,11 @@
-"""The actors' policy call: XLA-compiled vs a graph called through tf.data.
+"""The actors' policy call: XLA, a graph through tf.data, a TF1 session.
 
 Run as `python benchmarks/policy_bench.py` (`--quick` for fewer repeats).
 For each network of the configs (CartPole's MLP+LSTM(64), the Atari
 config's shallow torso + LSTM(256), and the deep torso) and each number K
 of environments per actor, it times one policy step on K observations as
 the batched actor makes it (an OAR nest with the previous action and reward,
-the LSTM state as numpy arrays, the logits read back as numpy), three ways:
+the LSTM state as numpy arrays, the logits read back as numpy), four ways:
 
   - `xla`: `tf.function(jit_compile=True)` called eagerly (the actors'
     policy before this benchmark);
@@ -13,9 +13,14 @@ the LSTM state as numpy arrays, the logits read back as numpy), three ways:
     own kernels, oneDNN's with `TF_ENABLE_ONEDNN_OPTS=1`; leaks ~420 bytes
     per call on TF 2.8, so not usable as is: tests/test_memory.py);
   - `graph via tf.data`: the same graph run by `tf_calls.
-    DataPipelineFunction` (`acting.policy_function`, the actors' policy now).
+    DataPipelineFunction` (`acting.policy_function`, the actors' policy now);
+  - `session`: the same network built in a TF1 graph with its own copy of
+    the weights, run by `Session.make_callable` (the lowest per-call cost
+    TensorFlow 2.8 offers without XLA, and no per-call leak; measured, not
+    adopted: the copy would have to follow every change of the network's
+    weights, see the README's "Policy step").
 
-The three are checked to give the same logits first. Repeats are
+The four are checked to give the same logits first. Repeats are
 interleaved (the order rotated each round) and the median reported.
 """
 
@@ -63,12 +68,36 @@ def _inputs(spec, k, rng):
       reward=rng.normal(size=k).astype(np.float32))
 
 
+def _numpy(x):
+  return x if isinstance(x, np.ndarray) else x.numpy()
+
+
 def _time(fn, inputs, state, calls):
   start = time.perf_counter()
   for _ in range(calls):
     (logits, _), _ = fn(inputs, state)
-    logits.numpy()
+    _numpy(logits)
   return (time.perf_counter() - start) / calls * 1e3
+
+
+def _session_policy(config, network, inputs, state):
+  """`network`'s policy as a TF1 session call on a copy of its weights."""
+  copy = networks.make_network(config, network.num_actions)  # Eagerly.
+  graph = tf.Graph()
+  with graph.as_default():
+    placeholders = tree.map_structure(
+        lambda x: tf.compat.v1.placeholder(x.dtype, np.shape(x)),
+        (inputs, state))
+    (logits, value), new_state = copy(*placeholders)
+    weights = [tf.compat.v1.placeholder(v.dtype, v.shape)
+               for v in copy.variables]
+    load = tf.group([v.assign(w) for v, w in zip(copy.variables, weights)])
+  session = tf.compat.v1.Session(graph=graph)
+  session.run(load, dict(zip(weights, [v.numpy() for v in network.variables])))
+  call = session.make_callable([logits, value, new_state],
+                               feed_list=tree.flatten(placeholders))
+  return lambda i, s: (lambda l, v, n: ((l, v), n))(  # pylint: disable=g-long-lambda
+      *call(*tree.flatten((i, s))))
 
 
 def main():
@@ -83,8 +112,8 @@ def main():
         f'TF_ENABLE_ONEDNN_OPTS={os.environ.get("TF_ENABLE_ONEDNN_OPTS")}; '
         f'median of {rounds} interleaved rounds of ~0.3 s each.\n')
   print('| network | K | xla (ms) | graph (ms) | graph via tf.data (ms) '
-        '| tf.data vs xla |')
-  print('|---|---:|---:|---:|---:|---:|')
+        '| session (ms) | tf.data vs xla | session vs tf.data |')
+  print('|---|---:|---:|---:|---:|---:|---:|---:|')
   for name, config_name, overrides, ks in _CASES:
     config = configs.get_config(config_name).replace(**overrides)
     spec = environments.environment_spec(config.env_id)
@@ -92,19 +121,22 @@ def main():
     for k in ks:
       inputs = _inputs(spec, k, rng)
       state = tree.map_structure(np.asarray, network.initial_state(k))
+      # Sonnet makes the variables (to be copied) at a first call.
+      network(*tree.map_structure(tf.convert_to_tensor, (inputs, state)))
       fns = {
           'xla': tf.function(network.__call__, autograph=False,
                              jit_compile=True),
           'graph': tf.function(network.__call__, autograph=False),
           'graph via tf.data': acting.policy_function(network),
+          'session': _session_policy(config, network, inputs, state),
       }
       reference = None
       for label, fn in fns.items():  # Trace, compile, check.
         for _ in range(3):
           (logits, _), _ = fn(inputs, state)
         if reference is None:
-          reference = logits.numpy()
-        np.testing.assert_allclose(logits.numpy(), reference, rtol=1e-4,
+          reference = _numpy(logits)
+        np.testing.assert_allclose(_numpy(logits), reference, rtol=1e-4,
                                    atol=1e-5, err_msg=label)
       # Calls per timed repeat: about 0.3 s of the slowest.
       calls = max(5, int(0.3e3 / max(_time(f, inputs, state, 5)
@@ -112,12 +144,13 @@ def main():
       times = {label: [] for label in fns}
       labels = list(fns)
       for r in range(rounds):
-        for label in labels[r % 3:] + labels[:r % 3]:
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
           times[label].append(_time(fns[label], inputs, state, calls))
       ms = {label: statistics.median(t) for label, t in times.items()}
       print(f'| {name} | {k} | {ms["xla"]:.2f} | {ms["graph"]:.2f} | '
-            f'{ms["graph via tf.data"]:.2f} | '
-            f'{ms["xla"] / ms["graph via tf.data"]:.2f}x |', flush=True)
+            f'{ms["graph via tf.data"]:.2f} | {ms["session"]:.2f} | '
+            f'{ms["xla"] / ms["graph via tf.data"]:.2f}x | '
+            f'{ms["graph via tf.data"] / ms["session"]:.2f}x |', flush=True)
 
 
 if __name__ == '__main__':
