@@ -21,6 +21,11 @@ as a fraction of the engine-only rate. With `--actor_overlap` each EnvPool
 row also measures one process with two actors of K/2 environments (one
 EnvPool each) stepped alternately, so that one half's emulators run while
 the other half's policy and adder do (`EnvPoolBatch.step_async`).
+Each of these rows also gives the process's CPU time per env step (all its
+threads: emulators, TensorFlow, Reverb) and what it implies: the most any
+scheduling of the actor's work over the machine's cores could reach,
+cores / the actor's CPU time per env step, as a fraction of the engine-only
+rate (the "CPU ceiling" column).
 
   python benchmarks/throughput.py [--quick] [--config=cartpole] [--env=...]
   python benchmarks/throughput.py --config=atari --settings=1x8,2x8
@@ -100,7 +105,8 @@ def _config_for(env_id):
 
 
 def _probe(engine, env_id, k, mode):
-  """Env steps/s of one process: the engine alone ('env'), one actor
+  """{'env_sps', 'cpu_us'} of one process: env steps/s and CPU time per env
+  step (every thread of the process) of the engine alone ('env'), one actor
   ('actor': policy, adder, Reverb queue drained by a thread) or two of K/2
   environments overlapped ('overlap', EnvPool only)."""
   import threading  # pylint: disable=g-import-not-at-top
@@ -159,7 +165,11 @@ def _probe(engine, env_id, k, mode):
           steps += loop.run(num_steps=20 * k)
         return steps / (time.time() - start)
   run(min(5., FLAGS.actor_seconds))  # Warm-up: tracing, first episodes.
-  return run(FLAGS.actor_seconds)
+  cpu_start, start = time.process_time(), time.time()
+  env_sps = run(FLAGS.actor_seconds)
+  cpu_s = time.process_time() - cpu_start
+  return {'env_sps': env_sps,
+          'cpu_us': cpu_s / (env_sps * (time.time() - start)) * 1e6}
 
 
 def _overlapped_actors(builder, client, env_id, k):
@@ -221,7 +231,7 @@ def _probe_in_subprocess(engine, env_id, k, mode):
   if proc.returncode != 0:
     raise RuntimeError(f'probe {engine}:{env_id}:{k}:{mode} failed: '
                        f'{proc.stderr[-500:]}')
-  return json.loads(proc.stdout.strip().splitlines()[-1])['env_sps']
+  return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _actor_table():
@@ -230,14 +240,15 @@ def _actor_table():
     env_id, k = row.rsplit(':', 1)
     for engine in _engines(_config_for(env_id)):
       print(f'actor-only: {engine} {env_id} x {k}...', flush=True)
-      env_sps = _probe_in_subprocess(engine, env_id, int(k), 'env')
-      actor_sps = _probe_in_subprocess(engine, env_id, int(k), 'actor')
-      overlap_sps = (_probe_in_subprocess(engine, env_id, int(k), 'overlap')
-                     if FLAGS.actor_overlap and engine == 'envpool' else None)
-      rows.append((env_id, int(k), engine, env_sps, actor_sps, overlap_sps))
+      env = _probe_in_subprocess(engine, env_id, int(k), 'env')
+      actor = _probe_in_subprocess(engine, env_id, int(k), 'actor')
+      overlap = (_probe_in_subprocess(engine, env_id, int(k), 'overlap')
+                 if FLAGS.actor_overlap and engine == 'envpool' else None)
+      rows.append((env_id, int(k), engine, env, actor, overlap))
+  cores = len(os.sched_getaffinity(0))
   print(f'\nthroughput.py at commit {provenance.git_commit()}: one process '
         f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
-        f'2 cores; EnvPool threads {FLAGS.env_threads or "min(K, cores)"}; '
+        f'{cores} cores; EnvPool threads {FLAGS.env_threads or "min(K, cores)"}; '
         'actor = batched policy (one graph call via tf.data) + adder into '
         'a Reverb queue ' + ('drained by a thread' if FLAGS.actor_sink ==
                              'drain' else 'that evicts its oldest item') +
@@ -247,19 +258,27 @@ def _actor_table():
   overlap = ' overlapped (env steps/s) | overlapped / actor |'
   print('| environment | envs | engine | engine alone (env steps/s) | '
         'actor (env steps/s) | actor / engine alone | actor vs gymnasium '
-        'actor |' + (overlap if FLAGS.actor_overlap else ''))
-  print('|---|---:|---|---:|---:|---:|---:|' +
+        'actor | CPU per env step: engine alone (us) | CPU per env step: '
+        'actor (us) | CPU ceiling / engine alone |' +
+        (overlap if FLAGS.actor_overlap else ''))
+  print('|---|---:|---|---:|---:|---:|---:|---:|---:|---:|' +
         ('---:|---:|' if FLAGS.actor_overlap else ''))
-  base = {(e, k): a for e, k, engine, _, a, _ in rows
+  base = {(e, k): a['env_sps'] for e, k, engine, _, a, _ in rows
           if engine == 'gymnasium'}
-  for env_id, k, engine, env_sps, actor_sps, overlap_sps in rows:
+  for env_id, k, engine, env, actor, overlap in rows:
+    env_sps, actor_sps = env['env_sps'], actor['env_sps']
     versus = (f'{actor_sps / base[(env_id, k)]:.2f}x'
               if (env_id, k) in base else '-')
+    # The actor's CPU time per env step spread over every core, with no
+    # core ever idle: the best any overlap of its work could do.
+    ceiling = cores / (actor['cpu_us'] * 1e-6) / env_sps
     line = (f'| {env_id} | {k} | {engine} | {env_sps:.0f} | {actor_sps:.0f} '
-            f'| {actor_sps / env_sps:.0%} | {versus} |')
+            f'| {actor_sps / env_sps:.0%} | {versus} | {env["cpu_us"]:.0f} | '
+            f'{actor["cpu_us"]:.0f} | {ceiling:.0%} |')
     if FLAGS.actor_overlap:
-      line += (' - | - |' if overlap_sps is None else
-               f' {overlap_sps:.0f} | {overlap_sps / actor_sps:.2f}x |')
+      line += (' - | - |' if overlap is None else
+               f' {overlap["env_sps"]:.0f} | '
+               f'{overlap["env_sps"] / actor_sps:.2f}x |')
     print(line)
   print()
 
@@ -338,7 +357,7 @@ def main(argv):
   del argv
   if FLAGS.probe:
     engine, env_id, k, mode = FLAGS.probe.rsplit(':', 3)
-    print(json.dumps({'env_sps': _probe(engine, env_id, int(k), mode)}))
+    print(json.dumps(_probe(engine, env_id, int(k), mode)))
     return
   if FLAGS.actor_overlap:
     odd = [r for r in FLAGS.actor_rows if int(r.rsplit(':', 1)[1]) % 2]
