@@ -93,11 +93,16 @@ def _session_policy(config, network, inputs, state):
                for v in copy.variables]
     load = tf.group([v.assign(w) for v, w in zip(copy.variables, weights)])
   session = tf.compat.v1.Session(graph=graph)
+  # Same construction, same variable order; the logits are checked equal.
   session.run(load, dict(zip(weights, [v.numpy() for v in network.variables])))
   call = session.make_callable([logits, value, new_state],
                                feed_list=tree.flatten(placeholders))
-  return lambda i, s: (lambda l, v, n: ((l, v), n))(  # pylint: disable=g-long-lambda
-      *call(*tree.flatten((i, s))))
+
+  def policy(step_inputs, step_state):
+    step_logits, step_value, step_new_state = call(
+        *tree.flatten((step_inputs, step_state)))
+    return (step_logits, step_value), step_new_state
+  return policy
 
 
 def main():
