@@ -28,6 +28,17 @@ def observe_firsts(actor: acting.BatchedIMPALAActor,
     actor.observe_first(int(i), types.timestep_row(timesteps, i))
 
 
+def observe_step(actor: acting.BatchedIMPALAActor, actions: np.ndarray,
+                 timesteps: dm_env.TimeStep) -> np.ndarray:
+  """The actor records the step `actions` made and starts an episode in each
+  row that restarted (dm_env's auto-reset); returns those rows."""
+  actor.observe(actions, timesteps)
+  restarted = np.flatnonzero(
+      np.asarray(timesteps.step_type) == int(dm_env.StepType.FIRST))
+  observe_firsts(actor, timesteps, restarted)
+  return restarted
+
+
 class BatchedEnvironmentLoop:
   """Runs a BatchedEnvironment with a BatchedIMPALAActor."""
 
@@ -78,10 +89,8 @@ class BatchedEnvironmentLoop:
       actions = self._actor.select_actions(self._timesteps.observation)
       timesteps = self._env.step(actions)
       self._timesteps = timesteps
-      self._actor.observe(actions, timesteps)
+      restarted = observe_step(self._actor, actions, timesteps)
       step_types = np.asarray(timesteps.step_type)
-      restarted = np.flatnonzero(step_types == int(dm_env.StepType.FIRST))
-      observe_firsts(self._actor, timesteps, restarted)
       stepped = k - len(restarted)
       returns += timesteps.reward  # 0 on restarted rows.
       lengths += step_types != int(dm_env.StepType.FIRST)
@@ -147,7 +156,7 @@ def evaluation_episodes(
     lengths[counted] += 1
     done |= counted & (step_types == int(dm_env.StepType.LAST))
     observe_firsts(actor, timesteps,
-                    np.flatnonzero(step_types == int(dm_env.StepType.FIRST)))
+                   np.flatnonzero(step_types == int(dm_env.StepType.FIRST)))
     steps += 1
   rate = lengths.sum() / max(time.time() - start, 1e-9)
   return [{'episode_return': float(returns[i]),

@@ -177,8 +177,6 @@ def _overlapped_actors(builder, client, env_id, k):
   while one half's EnvPool steps (its own threads), the other half's actor
   records its step and calls the policy. Items are those of the serial
   actor's K streams (each half's adder keeps its own K/2)."""
-  import dm_env  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from acme_impala import environments  # pylint: disable=g-import-not-at-top
   from acme_impala import loops  # pylint: disable=g-import-not-at-top
   half = k // 2  # main() refused odd K before any process started.
@@ -201,11 +199,7 @@ def _overlapped_actors(builder, client, env_id, k):
 
   def record(i):
     timesteps[i] = envs[i].step_wait()
-    actors[i].observe(actions[i], timesteps[i])
-    restarted = np.flatnonzero(
-        timesteps[i].step_type == int(dm_env.StepType.FIRST))
-    loops.observe_firsts(actors[i], timesteps[i], restarted)
-    return half - len(restarted)
+    return half - len(loops.observe_step(actors[i], actions[i], timesteps[i]))
 
   act(0)
 
