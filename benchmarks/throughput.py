@@ -132,7 +132,7 @@ def _probe(engine, env_id, k, mode):
       while time.time() - start < seconds:
         env.step(rng.integers(0, num_actions, size=k).astype(np.int32))
         steps += k
-      return steps / (time.time() - start)
+      return steps
   else:
     builder = builder_lib.IMPALABuilder(
         config, environments.environment_spec(env_id))
@@ -163,17 +163,17 @@ def _probe(engine, env_id, k, mode):
         steps, start = 0, time.time()
         while time.time() - start < seconds:
           steps += loop.run(num_steps=20 * k)
-        return steps / (time.time() - start)
+        return steps
   run(min(5., FLAGS.actor_seconds))  # Warm-up: tracing, first episodes.
   cpu_start, start = time.process_time(), time.time()
-  env_sps = run(FLAGS.actor_seconds)
-  cpu_s = time.process_time() - cpu_start
-  return {'env_sps': env_sps,
-          'cpu_us': cpu_s / (env_sps * (time.time() - start)) * 1e6}
+  steps = run(FLAGS.actor_seconds)
+  cpu_s, wall_s = time.process_time() - cpu_start, time.time() - start
+  return {'env_sps': steps / wall_s, 'cpu_us': cpu_s / steps * 1e6}
 
 
 def _overlapped_actors(builder, client, env_id, k):
-  """`run(seconds)` of two actors of K/2 environments sharing one network:
+  """`run(seconds)` (env steps taken, as `_probe`'s other modes) of two
+  actors of K/2 environments sharing one network:
   while one half's EnvPool steps (its own threads), the other half's actor
   records its step and calls the policy. Items are those of the serial
   actor's K streams (each half's adder keeps its own K/2)."""
@@ -210,7 +210,7 @@ def _overlapped_actors(builder, client, env_id, k):
       steps += record(0)
       act(0)
       steps += record(1)
-    return steps / (time.time() - start)
+    return steps
   return run
 
 
@@ -239,10 +239,12 @@ def _actor_table():
       overlap = (_probe_in_subprocess(engine, env_id, int(k), 'overlap')
                  if FLAGS.actor_overlap and engine == 'envpool' else None)
       rows.append((env_id, int(k), engine, env, actor, overlap))
-  cores = len(os.sched_getaffinity(0))
+  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  cores = environments.usable_cores()  # What EnvPool's thread default uses.
   print(f'\nthroughput.py at commit {provenance.git_commit()}: one process '
         f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
-        f'{cores} cores; EnvPool threads {FLAGS.env_threads or "min(K, cores)"}; '
+        f'{cores} cores; EnvPool threads '
+        f'{FLAGS.env_threads or "min(K, cores)"}; '
         'actor = batched policy (one graph call via tf.data) + adder into '
         'a Reverb queue ' + ('drained by a thread' if FLAGS.actor_sink ==
                              'drain' else 'that evicts its oldest item') +
