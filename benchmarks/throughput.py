@@ -25,7 +25,10 @@ Each of these rows also gives the process's CPU time per env step (all its
 threads: emulators, TensorFlow, Reverb) and what it implies: the most any
 scheduling of the actor's work over the machine's cores could reach,
 cores / the actor's CPU time per env step, as a fraction of the engine-only
-rate (the "CPU ceiling" column).
+rate (the "CPU ceiling" column). With `--ale_vector` each Atari row also
+measures ale-py's own C++ vector environment alone (`AtariVectorEnv`, same
+Table G.1 settings and thread count as EnvPool), the other env-only
+reference issue 13 names.
 
   python benchmarks/throughput.py [--quick] [--config=cartpole] [--env=...]
   python benchmarks/throughput.py --config=atari --settings=1x8,2x8
@@ -38,6 +41,7 @@ rate (the "CPU ceiling" column).
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -84,6 +88,10 @@ flags.DEFINE_enum('actor_sink', 'drain', ['drain', 'evict'],
 flags.DEFINE_bool('actor_overlap', False, 'Actor-only rows, EnvPool: also '
                   'two actors of K/2 environments overlapped in one process '
                   '(one steps its emulators while the other acts).')
+flags.DEFINE_bool('ale_vector', False, 'Actor-only Atari rows: also ale-py\'s '
+                  'C++ vector environment alone (AtariVectorEnv, the env-only '
+                  'reference issue 13 names) with the settings EnvPool gets, '
+                  "and the actor's rate as a fraction of it.")
 flags.DEFINE_string('probe', None, 'Internal: ENGINE:ENV_ID:K:MODE, one '
                     'measurement in this process, printed as JSON.')
 FLAGS = flags.FLAGS
@@ -108,7 +116,8 @@ def _probe(engine, env_id, k, mode):
   """{'env_sps', 'cpu_us'} of one process: env steps/s and CPU time per env
   step (every thread of the process) of the engine alone ('env'), one actor
   ('actor': policy, adder, Reverb queue drained by a thread) or two of K/2
-  environments overlapped ('overlap', EnvPool only)."""
+  environments overlapped ('overlap', EnvPool only); engine 'ale_vector':
+  ale-py's vector environment alone ('env' only)."""
   import threading  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import reverb  # pylint: disable=g-import-not-at-top
@@ -117,9 +126,9 @@ def _probe(engine, env_id, k, mode):
   from acme_impala import environments  # pylint: disable=g-import-not-at-top
   from acme_impala import loops  # pylint: disable=g-import-not-at-top
 
-  config = _config_for(env_id).replace(
-      envs_per_actor=k, env_engine=engine, env_threads=FLAGS.env_threads)
-  if mode != 'overlap':
+  if engine == _ALE_VECTOR:  # Engine alone only: no actor runs on it.
+    env = _ale_vector_env(env_id, k)
+  elif mode != 'overlap':
     env = environments.make_batched_environment(
         env_id, seeds=range(k), engine=engine, num_threads=FLAGS.env_threads)
   if mode == 'env':
@@ -134,6 +143,8 @@ def _probe(engine, env_id, k, mode):
         steps += k
       return steps
   else:
+    config = _config_for(env_id).replace(
+        envs_per_actor=k, env_engine=engine, env_threads=FLAGS.env_threads)
     builder = builder_lib.IMPALABuilder(
         config, environments.environment_spec(env_id))
     drain = FLAGS.actor_sink == 'drain'
@@ -169,6 +180,36 @@ def _probe(engine, env_id, k, mode):
   steps = run(FLAGS.actor_seconds)
   cpu_s, wall_s = time.process_time() - cpu_start, time.time() - start
   return {'env_sps': steps / wall_s, 'cpu_us': cpu_s / steps * 1e6}
+
+
+_ALE_VECTOR = 'ale_vector'
+
+
+def _ale_game(env_id):
+  """ale-py's ROM id of an 'ALE/Name-v5' id ('ALE/MsPacman-v5': 'ms_pacman')."""
+  name = env_id[len('ALE/'):].split('-')[0]
+  return re.sub(r'(?<!^)(?=[A-Z])', '_', name).lower()
+
+
+def _ale_vector_env(env_id, k):
+  """ale-py's AtariVectorEnv of K games of `env_id`, with the Table G.1
+  settings `environments.envpool_settings` gives EnvPool and EnvPool's
+  thread count, so the two engines-alone rows differ only in the engine."""
+  from ale_py import vector_env  # pylint: disable=g-import-not-at-top
+  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  s = environments.envpool_settings(env_id)
+  return vector_env.AtariVectorEnv(
+      _ale_game(env_id), k,
+      num_threads=FLAGS.env_threads or min(k, environments.usable_cores()),
+      frameskip=s['frame_skip'], img_height=s['img_height'],
+      img_width=s['img_width'], stack_num=s['stack_num'],
+      grayscale=s['gray_scale'], noop_max=s['noop_max'],
+      episodic_life=s['episodic_life'], reward_clipping=s['reward_clip'],
+      use_fire_reset=s['use_fire_reset'],
+      full_action_space=s['full_action_space'],
+      repeat_action_probability=s['repeat_action_probability'],
+      # ale-py counts the cap in frames; random play never reaches it.
+      max_num_frames_per_episode=s['max_episode_steps'] * s['frame_skip'])
 
 
 def _overlapped_actors(builder, client, env_id, k):
@@ -229,7 +270,7 @@ def _probe_in_subprocess(engine, env_id, k, mode):
 
 
 def _actor_table():
-  rows = []
+  rows, ale = [], {}
   for row in FLAGS.actor_rows:
     env_id, k = row.rsplit(':', 1)
     for engine in _engines(_config_for(env_id)):
@@ -239,6 +280,10 @@ def _actor_table():
       overlap = (_probe_in_subprocess(engine, env_id, int(k), 'overlap')
                  if FLAGS.actor_overlap and engine == 'envpool' else None)
       rows.append((env_id, int(k), engine, env, actor, overlap))
+    if FLAGS.ale_vector:
+      print(f'engine-only: {_ALE_VECTOR} {env_id} x {k}...', flush=True)
+      ale[(env_id, int(k))] = _probe_in_subprocess(
+          _ALE_VECTOR, env_id, int(k), 'env')['env_sps']
   from acme_impala import environments  # pylint: disable=g-import-not-at-top
   cores = environments.usable_cores()  # What EnvPool's thread default uses.
   print(f'\nthroughput.py at commit {provenance.git_commit()}: one process '
@@ -256,9 +301,12 @@ def _actor_table():
         'actor (env steps/s) | actor / engine alone | actor vs gymnasium '
         'actor | CPU per env step: engine alone (us) | CPU per env step: '
         'actor (us) | CPU ceiling / engine alone |' +
-        (overlap if FLAGS.actor_overlap else ''))
+        (overlap if FLAGS.actor_overlap else '') +
+        (' ale-py vector env alone (env steps/s) | actor / ale-py vector env '
+         'alone |' if FLAGS.ale_vector else ''))
   print('|---|---:|---|---:|---:|---:|---:|---:|---:|---:|' +
-        ('---:|---:|' if FLAGS.actor_overlap else ''))
+        ('---:|---:|' if FLAGS.actor_overlap else '') +
+        ('---:|---:|' if FLAGS.ale_vector else ''))
   base = {(e, k): a['env_sps'] for e, k, engine, _, a, _ in rows
           if engine == 'gymnasium'}
   for env_id, k, engine, env, actor, overlap in rows:
@@ -275,6 +323,9 @@ def _actor_table():
       line += (' - | - |' if overlap is None else
                f' {overlap["env_sps"]:.0f} | '
                f'{overlap["env_sps"] / actor_sps:.2f}x |')
+    if FLAGS.ale_vector:
+      line += (f' {ale[(env_id, k)]:.0f} | '
+               f'{actor_sps / ale[(env_id, k)]:.0%} |')
     print(line)
   print()
 
@@ -360,6 +411,14 @@ def main(argv):
     if not FLAGS.actor_rows or odd:
       raise app.UsageError('--actor_overlap needs --actor_rows with even K '
                            f'(two halves); got {FLAGS.actor_rows}.')
+  if FLAGS.ale_vector:
+    from ale_py import roms  # pylint: disable=g-import-not-at-top
+    bad = [r for r in FLAGS.actor_rows if not r.startswith('ALE/') or
+           _ale_game(r.rsplit(':', 1)[0]) not in roms.get_all_rom_ids()]
+    if not FLAGS.actor_rows or bad:
+      raise app.UsageError('--ale_vector needs --actor_rows of Atari games '
+                           "ale-py has ('ALE/Pong-v5:8'); got "
+                           f'{FLAGS.actor_rows}.')
   if FLAGS.actor_rows:
     _actor_table()
     if not FLAGS.settings:
