@@ -41,7 +41,6 @@ reference issue 13 names.
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -186,9 +185,11 @@ _ALE_VECTOR = 'ale_vector'
 
 
 def _ale_game(env_id):
-  """ale-py's ROM id of an 'ALE/Name-v5' id ('ALE/MsPacman-v5': 'ms_pacman')."""
-  name = env_id[len('ALE/'):].split('-')[0]
-  return re.sub(r'(?<!^)(?=[A-Z])', '_', name).lower()
+  """ale-py's ROM id of an 'ALE/Name-v5' id, from ale-py's own registration
+  ('ALE/MsPacman-v5': 'ms_pacman')."""
+  import ale_py  # pylint: disable=g-import-not-at-top,unused-import  # Registers its ids.
+  import gymnasium  # pylint: disable=g-import-not-at-top
+  return gymnasium.spec(env_id).kwargs['game']
 
 
 def _ale_vector_env(env_id, k):
@@ -200,7 +201,7 @@ def _ale_vector_env(env_id, k):
   s = environments.envpool_settings(env_id)
   return vector_env.AtariVectorEnv(
       _ale_game(env_id), k,
-      num_threads=FLAGS.env_threads or min(k, environments.usable_cores()),
+      num_threads=environments.envpool_num_threads(k, FLAGS.env_threads),
       frameskip=s['frame_skip'], img_height=s['img_height'],
       img_width=s['img_width'], stack_num=s['stack_num'],
       grayscale=s['gray_scale'], noop_max=s['noop_max'],
@@ -412,9 +413,10 @@ def main(argv):
       raise app.UsageError('--actor_overlap needs --actor_rows with even K '
                            f'(two halves); got {FLAGS.actor_rows}.')
   if FLAGS.ale_vector:
-    from ale_py import roms  # pylint: disable=g-import-not-at-top
-    bad = [r for r in FLAGS.actor_rows if not r.startswith('ALE/') or
-           _ale_game(r.rsplit(':', 1)[0]) not in roms.get_all_rom_ids()]
+    from acme_impala import environments  # pylint: disable=g-import-not-at-top
+    atari = set(environments.known_environment_ids())
+    bad = [r for r in FLAGS.actor_rows
+           if not (r.startswith('ALE/') and r.rsplit(':', 1)[0] in atari)]
     if not FLAGS.actor_rows or bad:
       raise app.UsageError('--ale_vector needs --actor_rows of Atari games '
                            "ale-py has ('ALE/Pong-v5:8'); got "
