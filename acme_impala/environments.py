@@ -50,6 +50,7 @@ import numpy as np
 from acme import specs as acme_specs
 from acme.wrappers import observation_action_reward
 
+from acme_impala import hardware
 from acme_impala import types
 
 __all__ = [
@@ -707,31 +708,7 @@ def envpool_num_threads(num_envs: int, num_threads: int = 0) -> int:
   """`num_threads`, or for 0 `usable_cores()` at most `num_envs` (EnvPool's
   own 0 starts one thread per environment, which on 2 cores measured
   1.2-1.5x slower: README)."""
-  return num_threads or min(num_envs, usable_cores())
-
-
-def usable_cores() -> int:
-  """The cores this process may use: its CPU affinity, capped by a cgroup
-  CPU quota (a Kubernetes pod's CPU limit, which affinity does not show)."""
-  cores = len(os.sched_getaffinity(0))
-  for path, parse in (
-      # cgroup v2: "<quota> <period>" or "max <period>".
-      ('/sys/fs/cgroup/cpu.max', lambda t: t.split()),
-      # cgroup v1: quota (-1: none) and period in two files.
-      ('/sys/fs/cgroup/cpu/cpu.cfs_quota_us', lambda t: [
-          t.strip(), _read('/sys/fs/cgroup/cpu/cpu.cfs_period_us')])):
-    try:
-      quota, period = parse(_read(path))
-      if quota not in ('max', '-1'):
-        return max(1, min(cores, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-      continue
-  return cores
-
-
-def _read(path: str) -> str:
-  with open(path) as f:
-    return f.read()
+  return num_threads or min(num_envs, hardware.usable_cores())
 
 
 class EnvPoolBatch(BatchedEnvironment):

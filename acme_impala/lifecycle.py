@@ -28,6 +28,9 @@ from absl import logging
 import launchpad as lp
 
 _FAILURE_PREFIX = 'FAILED-'
+# Why a node stopped the program on purpose (e.g. the budget is reached),
+# for the launcher's stop line: lp.stop() reaches it as a bare SIGTERM.
+_STOP_REASON_FILE = 'STOP-REASON'
 # Fault injection for the lifecycle tests: the node whose label equals this
 # environment variable raises at start, as a crashing node would; with the
 # suffix ':construct' (e.g. 'actor_0:construct') it raises while the node is
@@ -92,9 +95,33 @@ def read_failures(status_dir: str) -> List[str]:
   return messages
 
 
-def clear_failures(status_dir: str) -> None:
-  for path in glob.glob(os.path.join(status_dir, _FAILURE_PREFIX + '*')):
-    os.remove(path)
+def clear_run_status(status_dir: str) -> None:
+  """Removes an earlier run's failure records and stop reason."""
+  for path in glob.glob(os.path.join(status_dir, _FAILURE_PREFIX + '*')) + [
+      os.path.join(status_dir, _STOP_REASON_FILE)]:
+    if os.path.exists(path):
+      os.remove(path)
+
+
+def stop_program(status_dir: Optional[str], reason: str) -> None:
+  """`lp.stop()`, first recording `reason` (in the user's words, e.g.
+  'reached the budget: ...') for the launcher's stop line."""
+  if status_dir:
+    os.makedirs(status_dir, exist_ok=True)
+    tmp = os.path.join(status_dir, _STOP_REASON_FILE + '.tmp')
+    with open(tmp, 'w') as f:
+      f.write(reason + '\n')
+    os.replace(tmp, os.path.join(status_dir, _STOP_REASON_FILE))
+  lp.stop()
+
+
+def read_stop_reason(status_dir: str) -> Optional[str]:
+  """The reason a node gave `stop_program`, if one did."""
+  try:
+    with open(os.path.join(status_dir, _STOP_REASON_FILE)) as f:
+      return f.readline().strip() or None
+  except OSError:
+    return None
 
 
 # Failures of nodes run in this process: a Kubernetes pod's exit status

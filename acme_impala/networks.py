@@ -17,7 +17,11 @@ resetting its state where a new episode starts inside the sequence, which is
 what the actor did when it generated the data.
 """
 
+import functools
+import json
 import os
+import subprocess
+import sys
 from typing import Callable, Optional, Sequence, Tuple
 
 from acme.tf.networks import policy_value
@@ -26,6 +30,7 @@ from acme.wrappers import observation_action_reward
 import sonnet as snt
 import tensorflow as tf
 
+from acme_impala import hardware
 from acme_impala.config import TORSO_DTYPE_CHOICES
 
 OAR = observation_action_reward.OAR
@@ -94,48 +99,158 @@ def _onednn_on() -> bool:
       '1', 'true')
 
 
-def cpu_has_bfloat16_units(cpuinfo: str = '/proc/cpuinfo') -> bool:
+# The CPU units oneDNN runs bfloat16 convolutions on natively.
+BFLOAT16_UNITS = ('avx512_bf16', 'amx_bf16')
+
+
+def cpu_has_bfloat16_units(cpuinfo: Optional[str] = None) -> bool:
   """Whether the CPU reports AVX-512 BF16 or AMX-BF16 units (Linux's
   /proc/cpuinfo flags; False where it cannot be read)."""
+  return bool(hardware.cpu_flags(cpuinfo) & set(BFLOAT16_UNITS))
+
+
+# The probe: the torso's own operations (convolution, bias add, matmul,
+# their gradients, eagerly and in a graph, where oneDNN fuses them) on a
+# 6 x 6 image, compared with float32. Run in a new interpreter: a broken
+# kernel cannot take this process down, and a launcher that forks its nodes
+# must run no TensorFlow op before the fork (supervisor.py).
+_PROBE = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+
+def layers(x, w, b, v):
+  h = tf.nn.convolution(x, w, strides=2, padding='VALID')
+  h = tf.nn.relu(tf.nn.bias_add(h, b))
+  return tf.matmul(tf.reshape(h, [tf.shape(h)[0], -1]), v)
+
+def run(dtype, graph):
+  rng = np.random.default_rng(0)
+  args = [tf.constant(rng.uniform(0.5, 1.5, shape), dtype) for shape in
+          ([2, 6, 6, 3], [2, 2, 3, 4], [4], [36, 2])]
+  def f(*args):
+    with tf.GradientTape() as tape:
+      tape.watch(args)
+      out = layers(*args)
+    return [out] + tape.gradient(tf.reduce_sum(out), list(args))
+  outs = (tf.function(f) if graph else f)(*args)
+  return [tf.cast(o, tf.float32).numpy() for o in outs]
+
+names = ['output', 'input gradient', 'filter gradient', 'bias gradient',
+         'weight gradient']
+
+def check():
+  x, w = (tf.ones(shape, tf.bfloat16) for shape in ([2, 6, 6, 3], [2, 2, 3, 4]))
+  h = tf.nn.convolution(x, w, strides=2, padding='VALID')
+  if h.dtype != tf.bfloat16 or h.shape != (2, 3, 3, 4):
+    return (f'a bfloat16 convolution gives a {h.dtype.name} tensor of shape '
+            f'{h.shape.as_list()}, expected bfloat16 of shape [2, 3, 3, 4]')
+  for graph in (False, True):
+    where = 'in a graph' if graph else 'eagerly'
+    try:
+      got = run(tf.bfloat16, graph)
+    except Exception as error:
+      return (f'bfloat16 torso operations fail {where}: '
+              f'{type(error).__name__}: {str(error).splitlines()[0]}')
+    want = run(tf.float32, graph)
+    for name, g, w in zip(names, got, want):
+      if g.shape != w.shape:
+        return (f'bfloat16 torso operations {where} give {name} of shape '
+                f'{list(g.shape)}, expected {list(w.shape)}')
+      if not np.allclose(g, w, rtol=0.03, atol=0.03 * np.abs(w).max()):
+        return (f'bfloat16 torso operations {where} give {name} off by '
+                f'{np.abs(g - w).max():.3g} (float32 values up to '
+                f'{np.abs(w).max():.3g})')
+  return None
+
+try:
+  problem = check()
+except Exception as error:
+  problem = (f'a bfloat16 convolution fails: {type(error).__name__}: '
+             f'{str(error).splitlines()[0]}')
+print(json.dumps({'problem': problem}))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def bfloat16_probe(timeout_s: float = 120.) -> Optional[str]:
+  """None when TensorFlow, as this process loads it (same interpreter, same
+  TF_ENABLE_ONEDNN_OPTS), computes the shallow torso's operations in
+  bfloat16 (forward and gradients, eagerly and in a graph) to within
+  bfloat16's precision of float32; otherwise what it did instead, e.g.
+  "a bfloat16 convolution gives a float32 tensor of shape [0], expected
+  bfloat16 of shape [2, 3, 3, 4]" (TF 2.8 on an AMD EPYC without AVX-512).
+
+  Asks what TensorFlow does rather than what the CPU's flags say, so a CPU
+  whose flags promise bfloat16 units but whose kernels misbehave is caught
+  too. Costs one interpreter importing TensorFlow (a few seconds), once per
+  process.
+  """
   try:
-    with open(cpuinfo) as f:
-      for line in f:
-        if line.startswith('flags'):
-          flags = set(line.partition(':')[2].split())
-          return bool(flags & {'avx512_bf16', 'amx_bf16'})
-  except OSError:
-    pass
-  return False
+    done = subprocess.run(
+        [sys.executable, '-c', _PROBE], stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=timeout_s,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  except subprocess.TimeoutExpired:
+    return f'the bfloat16 probe did not finish within {timeout_s:.0f} s'
+  if done.returncode != 0:
+    how = (f'signal {-done.returncode}' if done.returncode < 0 else
+           f'exit status {done.returncode}')
+    last = (done.stderr.strip().splitlines() or [''])[-1]
+    return f'the bfloat16 probe died ({how}){": " + last if last else ""}'
+  try:
+    return json.loads(done.stdout.strip().splitlines()[-1])['problem']
+  except (IndexError, KeyError, ValueError):
+    return f'the bfloat16 probe printed {done.stdout[-200:]!r}'
 
 
 def resolve_torso_dtype(torso_dtype: str, network: str) -> str:
   """The compute dtype a torso runs in: `torso_dtype` itself, or for 'auto'
   'bfloat16' when `network` is the shallow torso, oneDNN is on in this
-  process and the CPU has bfloat16 units (where it measured 1.25x faster
-  per learner step, README "Learner"), else 'float32' (on CPUs without
-  them oneDNN emulates bfloat16 or TensorFlow has no kernel)."""
+  process, the CPU has bfloat16 units (where it measured 1.25x faster
+  per learner step, README "Learner": on CPUs without them oneDNN emulates
+  bfloat16, slower, or TensorFlow has no kernel) and `bfloat16_probe` finds
+  TensorFlow's kernels right; else 'float32'."""
   if torso_dtype != 'auto':
     return torso_dtype
-  if network == 'shallow' and _onednn_on() and cpu_has_bfloat16_units():
+  if (network == 'shallow' and _onednn_on() and cpu_has_bfloat16_units()
+      and bfloat16_probe() is None):
     return 'bfloat16'
   return 'float32'
 
 
 def validate_torso_dtype(torso_dtype: str) -> None:
-  """Raises ValueError unless this process can run the torso in
-  `torso_dtype` (or 'auto', which resolves to what it can run): TensorFlow
-  2.8's CPU kernels for bfloat16 convolutions are oneDNN's, which it loads
-  only with TF_ENABLE_ONEDNN_OPTS=1 (acme_impala's default, see
-  __init__.py); without them the first layer fails."""
+  """Raises ValueError, in one line, unless this process can run the torso
+  in `torso_dtype` ('auto' always can: it resolves to what runs).
+
+  bfloat16 needs TensorFlow 2.8's oneDNN kernels (loaded only with
+  TF_ENABLE_ONEDNN_OPTS=1, acme_impala's default, see __init__.py) and
+  kernels that compute right on this CPU (`bfloat16_probe`; on CPUs without
+  bfloat16 units TF 2.8's oneDNN convolution returns an empty tensor).
+  """
   if torso_dtype not in TORSO_DTYPE_CHOICES:
     raise ValueError(f'torso_dtype={torso_dtype!r}; expected one of '
                      f'{TORSO_DTYPE_CHOICES}.')
-  if torso_dtype == 'bfloat16' and not _onednn_on():
+  if torso_dtype != 'bfloat16':
+    return
+  if not _onednn_on():
     onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0')
     raise ValueError(
         f"torso_dtype='bfloat16' needs TensorFlow's oneDNN kernels, but "
         f'TF_ENABLE_ONEDNN_OPTS={onednn!r}; expected 1 (acme_impala\'s '
         "default) or torso_dtype='float32'.")
+  problem = bfloat16_probe()
+  if problem is None:
+    return
+  flags = hardware.cpu_flags()
+  has = [unit for unit in BFLOAT16_UNITS if unit in flags]
+  units = (f"reports {' and '.join(has)}" if has else
+           f"has no {' or '.join(BFLOAT16_UNITS)} units")
+  raise ValueError(
+      f"torso_dtype='bfloat16' cannot run on this CPU ({hardware.cpu_model()}"
+      f', {units}): in TensorFlow {tf.__version__} {problem}; use '
+      "torso_dtype='float32', or 'auto', which picks bfloat16 only where it "
+      'runs.')
 
 
 class ShallowAtariTorso(snt.Module):

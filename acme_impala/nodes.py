@@ -17,7 +17,7 @@ with a final checkpoint. `options` is the agent's `program.RunOptions`.
 import json
 import os
 import time
-from typing import Sequence
+from typing import Mapping, Optional, Sequence, Tuple
 
 import acme
 from acme.tf import savers as tf2_savers
@@ -99,13 +99,15 @@ class ReplayNode(lp.ReverbNode):
   """
 
   def __init__(self, make_tables, checkpoint_dir: str,
-               period_minutes: float, label: str, status_dir: str):
+               period_minutes: float, label: str, status_dir: str,
+               table_roles: Optional[Mapping[str, Tuple[str, str]]] = None):
     super().__init__(make_tables)
     self._make_tables = make_tables
     self._checkpoint_dir = checkpoint_dir
     self._period_s = period_minutes * 60.
     self._label = label
     self._status_dir = status_dir
+    self._table_roles = dict(table_roles or {})
 
   @staticmethod
   def _sizes(client: reverb.Client):
@@ -116,6 +118,23 @@ class ReplayNode(lp.ReverbNode):
   def _inserts(client: reverb.Client):
     return {name: int(info.rate_limiter_info.insert_stats.completed)
             for name, info in client.server_info().items()}
+
+  def _write_tables(self, client: reverb.Client) -> None:
+    """`<status_dir>/tables-<label>.json`: each table's role, size, capacity
+    and the size sampling waits for, for the launcher's progress line
+    (which reads files, not the server: progress.table_status)."""
+    tables = {}
+    for name, info in client.server_info().items():
+      role, unit = self._table_roles.get(name, (name, 'items'))
+      tables[name] = dict(
+          role=role, unit=unit, size=int(info.current_size),
+          max_size=int(info.max_size),
+          min_to_sample=int(info.rate_limiter_info.min_size_to_sample))
+    path = os.path.join(self._status_dir, f'tables-{self._label}.json')
+    os.makedirs(self._status_dir, exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+      json.dump(tables, f)
+    os.replace(path + '.tmp', path)
 
   @property
   def _ledger_path(self) -> str:
@@ -175,6 +194,7 @@ class ReplayNode(lp.ReverbNode):
             client.checkpoint()
             last_checkpoint = time.time()
           self._write_ledger(at_checkpoint, self._inserts(client))
+          self._write_tables(client)
       finally:
         # Writers may still insert while the checkpoint is taken: the saved
         # sizes lie between the sizes read before and after it.
@@ -414,9 +434,10 @@ class CoordinatorNode:
                           error)
           continue
         if min(steps) >= self._max:
-          logging.info('coordinator: %d actor steps >= max_actor_steps=%d%s; '
-                       'stopping the program.', min(steps), self._max,
-                       ' for every agent' if len(steps) > 1 else '')
-          lp.stop()
+          reason = (f'the budget is reached: {min(steps):,} actor steps >= '
+                    f'max_actor_steps={self._max:,}' +
+                    (' for every agent' if len(steps) > 1 else ''))
+          logging.info('coordinator: %s; stopping the program.', reason)
+          lifecycle.stop_program(self._status_dir, reason)
           return
     lifecycle.run_guarded('coordinator', self._status_dir, loop)

@@ -238,7 +238,7 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
   name = name or ('laser_sweep' if sweep else 'impala')
   if launcher:
     os.makedirs(logdir, exist_ok=True)
-    lifecycle.clear_failures(agents[0].options.status_dir)
+    lifecycle.clear_run_status(agents[0].options.status_dir)
     run_record.write_record(logdir, run_record.make_record(
         configs, [a.config for a in agents],
         dict(name=name, logdir=logdir, max_actor_steps=max_actor_steps,
@@ -311,13 +311,20 @@ def build_program(run: PreparedRun) -> lp.Program:
 
   def replay_node(server_builders, label):
     options = run.agents[0].options
+    roles = {}
+    for b in server_builders:
+      roles.update(b.table_roles(
+          f'agent_{b.agent_id} ' if len(run.agents) > 1 else ''))
+      if run.share_replay and len(run.agents) > 1 and b.uses_replay:
+        # One table under one name, whichever agent described it last.
+        roles[b.replay_table] = ('shared replay', roles[b.replay_table][1])
     return nodes.ReplayNode(
         functools.partial(builder_lib.make_server_tables, server_builders,
                           run.share_replay),
         checkpoint_dir=os.path.join(options.checkpoint_dir, label),
         period_minutes=min(b.config.checkpoint_period_minutes
                            for b in server_builders),
-        label=label, status_dir=run.status_dir)
+        label=label, status_dir=run.status_dir, table_roles=roles)
 
   with program.group('replay'):
     if run.share_replay:

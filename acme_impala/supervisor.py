@@ -76,6 +76,8 @@ ROLES = types.ROLES
 role_of = types.role_of
 NODES_FILE = 'nodes.json'
 START_METHODS = ('fork', 'exec')
+# The stop reason of a SIGTERM until `stop_line` reads what caused it.
+SIGTERM = 'SIGTERM'
 _PR_SET_PDEATHSIG = 1  # From <linux/prctl.h>.
 
 
@@ -136,6 +138,22 @@ def _kill_tree(pid: int) -> None:
       process.kill()
     except psutil.NoSuchProcess:
       pass
+
+
+def stop_line(reason: str, status_dir: str) -> str:
+  """Why the program stops, in the user's words. `reason` is the
+  launcher's own (Ctrl-C, a restart limit) or `SIGTERM`: a node's lp.stop(),
+  which first records why in `status_dir` (the budget reached, its own
+  failure), or else a signal from outside the program."""
+  if reason != SIGTERM:
+    return reason
+  failures = lifecycle.read_failures(status_dir)
+  if failures:
+    # "node 'actor_1' failed: InjectedFailure: ..." (the whole message
+    # follows at the end).
+    return failures[0].split(':', 1)[0]
+  return (lifecycle.read_stop_reason(status_dir) or
+          'SIGTERM received from outside the program')
 
 
 class _ForkedProcess:
@@ -447,8 +465,8 @@ class Supervisor:
       self.request_stop('stopped by the user (Ctrl-C)')
     else:
       # lp.stop() from a node (budget reached, or a node failed) or an
-      # outside SIGTERM.
-      self.request_stop('program stop requested (SIGTERM)')
+      # outside SIGTERM: `stop_line` tells which.
+      self.request_stop(SIGTERM)
 
   def _stop_children(self) -> None:
     """SIGTERM to every live node; SIGKILL what outlives the notice."""
@@ -528,7 +546,8 @@ class Supervisor:
           self._handle_death(child, now)
         if all(c.finished for c in self._children):
           self.request_stop('every node finished')
-      self.say(f'stopping: {self._stop_reason}.')
+      self.say('stopping: '
+               f'{stop_line(self._stop_reason, self._status_dir)}.')
       self._stop_children()
     finally:
       # A second Ctrl-C while stopping must not leave children behind.

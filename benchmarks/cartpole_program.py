@@ -92,7 +92,9 @@ def main(argv):
   commit = provenance.git_commit()
   budget = FLAGS.max_actor_steps or "the program's default"
   onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1 (acme_impala default)')
-  print(f'cartpole_program.py at commit {commit}: programs/impala_lp.py with '
+  print(f'cartpole_program.py at commit {commit} '
+        f'on {provenance.cpu()}: '
+        f'programs/impala_lp.py with '
         f'default flags {" ".join(FLAGS.program_flags)}; seeds '
         f'{",".join(FLAGS.seeds)}, one after the other; budget {budget} env '
         f'steps; target: evaluator avg20 >= {FLAGS.target:g}; '

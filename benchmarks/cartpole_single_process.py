@@ -22,6 +22,8 @@ import numpy as np
 
 from acme_impala import config_flags
 from acme_impala import configs
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_integer('max_steps', 600_000, 'Environment-step budget per seed.')
 flags.DEFINE_float('max_seconds', 1800, 'Wall-time budget per seed.')
@@ -75,6 +77,8 @@ def run_seed(seed, overrides):
 def main(argv, overrides):
   del argv
   rows = [run_seed(int(s), overrides) for s in FLAGS.seeds]
+  print(f'\ncartpole_single_process.py at {provenance.stamp()}: seeds '
+        f'{",".join(FLAGS.seeds)}.')
   print('\n| seed | env steps to avg20 >= %.0f | wall time (s) | best avg20 | '
         'learner steps |' % FLAGS.target)
   print('|---|---:|---:|---:|---:|')

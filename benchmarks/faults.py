@@ -177,7 +177,9 @@ def memory_rows(result):
 def main(argv):
   del argv
   commit = provenance.git_commit()
-  print(f'faults.py at commit {commit}: max_actor_steps='
+  print(f'faults.py at commit {commit} '
+        f'on {provenance.cpu()}: '
+        f'max_actor_steps='
         f'{FLAGS.max_actor_steps} seed={FLAGS.seed} actor kill every '
         f'{FLAGS.actor_kill_every_s:.0f} s, learner kill at '
         f'{FLAGS.learner_kill_at_s:.0f} s, replay kill at '
@@ -187,7 +189,8 @@ def main(argv):
   # Kept so that the tables can be printed again from the logdirs.
   for result in results:
     with open(os.path.join(result['logdir'], 'faults_result.json'), 'w') as f:
-      json.dump({k: v for k, v in result.items() if k != 'output'}, f)
+      json.dump(dict({k: v for k, v in result.items() if k != 'output'},
+                     commit=commit, cpu=provenance.cpu()), f)
   print('\n| run | wall time | exit | kills | restarts (launcher summary) | '
         'env steps | trajectories produced / learned / left / unaccounted / '
         'counted lost with the replay | '

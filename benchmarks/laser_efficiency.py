@@ -220,7 +220,9 @@ def main(argv):
   del argv
   os.makedirs(FLAGS.outdir, exist_ok=True)
   commit = provenance.git_commit()
-  print(f'laser_efficiency.py --suite={FLAGS.suite} at commit {commit}: '
+  print(f'laser_efficiency.py --suite={FLAGS.suite} at commit {commit} '
+        f'on {provenance.cpu()}: '
+        f''
         f'env {FLAGS.env}, seeds {",".join(FLAGS.seeds)}, '
         f'{FLAGS.max_actor_steps} env steps per agent, target '
         f'{FLAGS.target:g}, base flags {" ".join(FLAGS.base_flags) or "none"}',
@@ -228,12 +230,14 @@ def main(argv):
   if FLAGS.from_csv:
     results = _read_curves_csv(FLAGS.from_csv)
     summary = FLAGS.from_csv.replace('_curves.csv', '_summary.csv')
-    if os.path.exists(summary):  # The commit the runs were made at.
+    cpu = 'CPU not recorded'
+    if os.path.exists(summary):  # The commit and CPU the runs were made on.
       with open(summary) as f:
-        commit = next(csv.DictReader(f))['commit']
+        row = next(csv.DictReader(f))
+      commit, cpu = row['commit'], row.get('cpu') or cpu
     print(f'(re-summarised from {FLAGS.from_csv}, runs made at commit '
-          f'{commit}; not re-run)')
-    _report(results, commit)
+          f'{commit} on {cpu}; not re-run)')
+    _report(results, commit, cpu)
     return
   results = {}
   for seed in FLAGS.seeds:
@@ -259,10 +263,10 @@ def main(argv):
         continue
       for agent, points in _curves(logdir).items():
         results.setdefault(name, []).append((seed, agent, points))
-  _report(results, commit)
+  _report(results, commit, provenance.cpu())
 
 
-def _report(results, commit):
+def _report(results, commit, cpu):
   """Prints the tables, draws the PNGs and writes the CSVs."""
 
   print(f'\n{FLAGS.env}, {FLAGS.max_actor_steps} env steps per agent, '
@@ -300,12 +304,13 @@ def _report(results, commit):
             'w', newline='') as f:
     out = csv.writer(f)
     out.writerow(['setting', 'seed', 'agent', 'env_steps_to_target',
-                  'final_avg_return', 'commit', 'env', 'max_actor_steps'])
+                  'final_avg_return', 'commit', 'cpu', 'env',
+                  'max_actor_steps'])
     for name, runs in results.items():
       for seed, agent, points in runs:
         reached, final = _summary(points)
         out.writerow([name, seed, agent, '' if reached is None else
-                      int(reached), f'{final:.2f}', commit, FLAGS.env,
+                      int(reached), f'{final:.2f}', commit, cpu, FLAGS.env,
                       FLAGS.max_actor_steps])
   with open(os.path.join(FLAGS.outdir, f'{_prefix()}_curves.csv'), 'w',
             newline='') as f:

@@ -64,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Optional
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -83,6 +84,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 from acme_impala import builder as builder_lib
 from acme_impala import config as config_lib
 from acme_impala import environments
+from acme_impala import hardware
 from acme_impala import learning
 from acme_impala import networks
 from acme_impala import types
@@ -170,7 +172,7 @@ def _make_learners(config, spec, sample):
     learners[f'ours, {mode}'] = learning.IMPALALearner(
         _make_network(cfg, spec), itertools.repeat(sample), cfg,
         logger=loggers.NoOpLogger())
-  bf16 = config.network == 'shallow' and _bf16_possible()
+  bf16 = config.network == 'shallow' and _bf16_refusal() is None
   if bf16:
     cfg = config.replace(torso_dtype='bfloat16')
     learners[f'ours, {cfg.compile_mode}, {_BF16}'] = learning.IMPALALearner(
@@ -193,14 +195,16 @@ def _make_learners(config, spec, sample):
   return learners
 
 
-def _bf16_possible() -> bool:
-  """Whether this process has oneDNN's bfloat16 kernels (not with
-  TF_ENABLE_ONEDNN_OPTS=0: the bfloat16 rows are left out there)."""
+def _bf16_refusal() -> Optional[str]:
+  """None where this process can run the torso in bfloat16, else why not
+  (TF_ENABLE_ONEDNN_OPTS=0, or a CPU whose TensorFlow bfloat16 kernels are
+  wrong, as on AMD EPYC without AVX-512): the bfloat16 rows are left out
+  there, and the report says so."""
   try:
     networks.validate_torso_dtype('bfloat16')
-  except ValueError:
-    return False
-  return True
+  except ValueError as error:
+    return str(error)
+  return None
 
 
 def _acme_learner(config, spec, sample):
@@ -324,10 +328,14 @@ def _bench_network(label, overrides, plan, budget_s, warm_up):
 
 
 def _print_report(results, budget_s, total_s):
-  print(f'TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s); '
+  print(f'TensorFlow {tf.__version__}, {_ONEDNN}='
+        f'{os.environ.get(_ONEDNN, "0")}, on {hardware.describe_cpu()}; '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH} '
         f'(items of {_UNROLL_LENGTH + 1} steps); the same in-memory batch '
         'for every learner.\n')
+  refusal = _bf16_refusal()
+  if refusal is not None:
+    print(f'The bfloat16 rows are left out: {refusal}\n')
   print('| network | learner | compile / first step (s) | median step (ms) '
         '| samples/s | vs Acme |')
   print('|---|---|---:|---:|---:|---:|')
@@ -447,7 +455,9 @@ def _replay_states_report(repeats: int):
   modes `repeats` times, and prints medians and the recompute/stored
   ratios."""
   commit = provenance.git_commit()
-  print(f'learner_bench.py --replay_states at commit {commit}: '
+  print(f'learner_bench.py --replay_states at commit {commit} '
+        f'on {provenance.cpu()}: '
+        f''
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH}, '
         f'replay_fraction=0.875 (28 replayed rows), kl_threshold=0.5, '
         f'MLP(64,64)+LSTM(64); {_REPLAY_FILL_STEPS} actor steps into an '
@@ -496,7 +506,9 @@ def _onednn_report(quick: bool):
   Then each learner's samples/s against Acme's in the same setting and
   against Acme as users run it (TF defaults: oneDNN off)."""
   commit = provenance.git_commit()
-  print(f'learner_bench.py at commit {commit}: {_ONEDNN}=0 (TF 2.8\'s '
+  print(f'learner_bench.py at commit {commit} '
+        f'on {provenance.cpu()}: '
+        f'{_ONEDNN}=0 (TF 2.8\'s '
         f'default) and =1, one process each, one after the other.\n',
         flush=True)
   steps = {}

@@ -29,6 +29,8 @@ import tensorflow as tf
 from acme_impala import config as config_lib
 from acme_impala import environments
 from acme_impala import networks
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # pylint: disable=g-import-not-at-top
 
 _NETWORKS = (
     ('CartPole-v1, MLP+LSTM(64)',
@@ -54,7 +56,8 @@ def _update_fn(config, variables, jit):
 
 
 def main():
-  print(f'TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s); median of '
+  print(f'optimizer_bench.py at {provenance.stamp()}: TensorFlow '
+        f'{tf.__version__}; median of '
         f'{_ROUNDS} interleaved repeats of {_STEPS} updates.\n')
   print('| network | parameters | XLA (ms) | graph (ms) | graph / XLA |')
   print('|---|---:|---:|---:|---:|')

@@ -112,7 +112,7 @@ def main():
   args = parser.parse_args()
   rounds = 5 if args.quick else 15
   rng = np.random.default_rng(0)
-  print(f'policy_bench.py at commit {provenance.git_commit()}: TensorFlow '
+  print(f'policy_bench.py at {provenance.stamp()}: TensorFlow '
         f'{tf.__version__}, {len(os.sched_getaffinity(0))} CPU(s), '
         f'TF_ENABLE_ONEDNN_OPTS={os.environ.get("TF_ENABLE_ONEDNN_OPTS")}; '
         f'median of {rounds} interleaved rounds of ~0.3 s each.\n')

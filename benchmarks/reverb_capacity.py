@@ -156,7 +156,9 @@ def _cell(serve, work, config_name, n, seconds):
 def main(argv):
   del argv
   commit = provenance.git_commit()
-  print(f'reverb_capacity.py at commit {commit}: {FLAGS.seconds:.0f} s per '
+  print(f'reverb_capacity.py at commit {commit} '
+        f'on {provenance.cpu()}: '
+        f'{FLAGS.seconds:.0f} s per '
         f'cell, processes {",".join(FLAGS.writers)}, {os.cpu_count()} CPUs '
         '(server and workers share them)\n')
   print('| what | config | processes | per second | MB/s | bytes per call |')

@@ -81,7 +81,7 @@ def run_program(logdir: str):
 def main(argv):
   del argv
   logdir = FLAGS.logdir or tempfile.mkdtemp(prefix='impala_soak_')
-  print(f'soak.py at commit {provenance.git_commit()}: programs/impala_lp.py '
+  print(f'soak.py at {provenance.stamp()}: programs/impala_lp.py '
         f'local_mp {" ".join(FLAGS.program_flags) or "(defaults)"}, '
         f'{FLAGS.minutes:g} min, RSS every {FLAGS.sample_every_s:g} s, '
         f'growth after {FLAGS.warmup_minutes:g} min, tolerance '

@@ -91,7 +91,7 @@ _ROWS = ('first output of every node', 'learner constructed',
 
 def main(argv):
   del argv
-  print(f'startup.py at commit {provenance.git_commit()}: programs/impala_lp.py '
+  print(f'startup.py at {provenance.stamp()}: programs/impala_lp.py '
         f'--lp_launch_type=local_mp --max_actor_steps={FLAGS.max_actor_steps} '
         f'{" ".join(FLAGS.program_flags)}; --node_start in '
         f'{",".join(FLAGS.methods)}, alternating, {FLAGS.repeats} launches '

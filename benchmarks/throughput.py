@@ -54,6 +54,7 @@ from absl import flags
 
 import acme_impala  # pylint: disable=unused-import  # Sets TF2_BEHAVIOR first.
 from acme_impala import configs
+from acme_impala import hardware
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # pylint: disable=g-import-not-at-top
@@ -286,8 +287,8 @@ def _actor_table():
       ale[(env_id, int(k))] = _probe_in_subprocess(
           _ALE_VECTOR, env_id, int(k), 'env')['env_sps']
   from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  cores = environments.usable_cores()  # What EnvPool's thread default uses.
-  print(f'\nthroughput.py at commit {provenance.git_commit()}: one process '
+  cores = hardware.usable_cores()  # What EnvPool's thread default uses.
+  print(f'\nthroughput.py at {provenance.stamp()}: one process '
         f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
         f'{cores} cores; EnvPool threads '
         f'{FLAGS.env_threads or "min(K, cores)"}; '
@@ -450,7 +451,7 @@ def main(argv):
               f'--config.env_engine={engine}',
               f'--config.env_threads={FLAGS.env_threads}'])))
 
-  print(f'\nthroughput.py at commit {provenance.git_commit()}: '
+  print(f'\nthroughput.py at {provenance.stamp()}: '
         f'TensorFlow CPU, 2 cores; env {_env_id()}; {FLAGS.config} config '
         f'({cfg.network} network, batch '
         f'{cfg.batch_size} x unroll {cfg.unroll_length}, same network for '

@@ -255,7 +255,9 @@ def main(argv):
     raise SystemExit(f'processes of an earlier run are still alive and would '
                      f'share the cores: {busy}')
   commit = provenance.git_commit()
-  print(f'vs_sample_factory.py at commit {commit}; CartPole-v1; '
+  print(f'vs_sample_factory.py at commit {commit} '
+        f'on {provenance.cpu()}; '
+        f'CartPole-v1; '
         f'{FLAGS.repeats} run(s) of each, alternating, {FLAGS.seconds:g} s '
         f'each; env steps/s from {FLAGS.warmup_s:g} s to the last report; '
         f'target average return {FLAGS.target:g}; {os.cpu_count()} CPU(s).')
@@ -303,7 +305,8 @@ def main(argv):
           f'{_fmt(sf_t, ".0f")} s.')
   if FLAGS.json_out:
     with open(FLAGS.json_out, 'w') as f:
-      json.dump(dict(commit=commit, rows=rows), f, indent=1)
+      json.dump(dict(commit=commit, cpu=provenance.cpu(), rows=rows), f,
+                indent=1)
 
 
 if __name__ == '__main__':

@@ -31,6 +31,8 @@ import trfl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 from acme_impala import vtrace
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # pylint: disable=g-import-not-at-top
 # pylint: enable=g-import-not-at-top
 
 _SHAPES = ((20, 32), (100, 32))
@@ -118,7 +120,8 @@ def main():
     for name, ms in timings.items():
       rows.append((f'[T={t}, B={b}]', name, ms, timings[_BASELINE] / ms))
 
-  print(f'TensorFlow {tf.__version__}, {os.cpu_count()} CPU(s); median of '
+  print(f'vtrace_bench.py at {provenance.stamp()}: TensorFlow '
+        f'{tf.__version__}; median of '
         f'{_REPEATS} repeats after {_WARMUP_CALLS} warm-up calls.\n')
   print('| shape | implementation | median ms | speed-up vs trfl tf.function |')
   print('|---|---|---:|---:|')

@@ -11,3 +11,17 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # TensorFlow's process settings as a program has them (oneDNN on, TF2
 # behaviour), before any test module imports TensorFlow.
 import acme_impala  # pylint: disable=g-import-not-at-top,unused-import
+
+import pytest  # pylint: disable=g-import-not-at-top
+
+
+@pytest.fixture(scope='session')
+def bfloat16_runs():
+  """Skips a test of the bfloat16 torso where this CPU cannot run it, with
+  the refusal a user would get (networks.validate_torso_dtype, whose probe
+  asks TensorFlow itself); the refusal is tested on every CPU."""
+  from acme_impala import networks  # pylint: disable=g-import-not-at-top
+  try:
+    networks.validate_torso_dtype('bfloat16')
+  except ValueError as error:
+    pytest.skip(f'bfloat16 does not run here: {error}')

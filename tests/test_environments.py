@@ -563,23 +563,3 @@ def test_envpool_step_async_then_wait_is_step():
     halves[0].step_wait()
   for pool in halves + references:
     pool.close()
-
-
-def test_usable_cores_reads_the_cgroup_quota(monkeypatch):
-  """A pod limited to 1.5 CPUs on a bigger node gets 2 EnvPool threads, not
-  one per core of the node."""
-  files = {'/sys/fs/cgroup/cpu.max': '150000 100000\n'}
-
-  def read(path):
-    if path not in files:
-      raise OSError(path)
-    return files[path]
-  monkeypatch.setattr(environments, '_read', read)
-  monkeypatch.setattr(environments.os, 'sched_getaffinity',
-                      lambda pid: set(range(64)))
-  assert environments.usable_cores() == 2
-  files['/sys/fs/cgroup/cpu.max'] = 'max 100000\n'
-  assert environments.usable_cores() == 64
-  files = {'/sys/fs/cgroup/cpu/cpu.cfs_quota_us': '300000\n',
-           '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000\n'}
-  assert environments.usable_cores() == 3

@@ -134,7 +134,7 @@ def test_compile_modes_agree(filled_queue):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_bfloat16_torso_updates_track_float32():
+def test_bfloat16_torso_updates_track_float32(bfloat16_runs):
   """The shallow torso in bfloat16 must not change what the learner learns:
   from the same weights, 12 updates on the same batches of real Breakout
   items (frames, life-loss episode ends) move the weights as float32's do,

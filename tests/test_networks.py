@@ -141,12 +141,15 @@ def _relative_error(got, want) -> float:
 
 
 @pytest.mark.parametrize('compute_dtype', config_lib.TORSO_DTYPES)
-def test_shallow_torso_on_frames_is_the_papers_formula(compute_dtype):
+def test_shallow_torso_on_frames_is_the_papers_formula(compute_dtype,
+                                                       request):
   """uint8 frames: the torso (first layer's weights scaled by 1/255, layers in
   the compute dtype) equals the layers applied to frames / 255 in float32
   (the direct formula, with the module's own variables), in value and in
   every variable's gradient: to float32 rounding in float32, to bfloat16's
   8-bit mantissa (relative error < 2 %, gradients aligned) in bfloat16."""
+  if compute_dtype == 'bfloat16':
+    request.getfixturevalue('bfloat16_runs')
   torso = networks.ShallowAtariTorso(compute_dtype)
   rng = np.random.default_rng(0)
   frames = rng.integers(0, 256, (3, 84, 84, 4), dtype=np.uint8)
@@ -212,13 +215,59 @@ def test_bfloat16_torso_needs_onednn(monkeypatch):
   with pytest.raises(ValueError, match="TF_ENABLE_ONEDNN_OPTS='0'"):
     networks.ShallowAtariTorso('bfloat16')
   networks.validate_torso_dtype('float32')
+  networks.validate_torso_dtype('auto')
   with pytest.raises(ValueError, match="torso_dtype='float16'"):
     networks.validate_torso_dtype('float16')
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')
+  monkeypatch.setattr(networks, 'bfloat16_probe', lambda: None)
   networks.validate_torso_dtype('bfloat16')
 
 
-def test_bfloat16_torso_keeps_the_float32_variables_and_paths():
+@pytest.mark.parametrize('flags,units', [
+    ('avx2 fma', 'has no avx512_bf16 or amx_bf16 units'),
+    ('avx512f avx512_bf16', 'reports avx512_bf16'),
+])
+def test_bfloat16_is_refused_where_tensorflow_gets_it_wrong(
+    monkeypatch, tmp_path, flags, units):
+  """Where the probe finds TensorFlow's bfloat16 kernels wrong, asking for
+  them is refused in one line naming the CPU, its bfloat16 units (missing,
+  or present with broken kernels: the flags alone do not decide) and the
+  float32 alternative; 'auto' then resolves to float32 even with the units.
+  Runs on every CPU: the probe's verdict is given here; that the real probe
+  finds a broken TensorFlow is tested below."""
+  cpuinfo = _cpuinfo(tmp_path, flags, model='Test CPU 9000')
+  monkeypatch.setattr(networks.hardware, 'CPUINFO', cpuinfo)
+  monkeypatch.setattr(networks, 'cpu_has_bfloat16_units',
+                      lambda: 'avx512_bf16' in flags)
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')
+  monkeypatch.setattr(
+      networks, 'bfloat16_probe', lambda: 'a bfloat16 convolution gives a '
+      'float32 tensor of shape [0], expected bfloat16 of shape [2, 3, 3, 4]')
+  for make in (networks.validate_torso_dtype, networks.ShallowAtariTorso):
+    with pytest.raises(ValueError) as raised:
+      make('bfloat16')
+    message = str(raised.value)
+    assert '\n' not in message
+    assert message.startswith("torso_dtype='bfloat16' cannot run on this CPU "
+                              f'(Test CPU 9000, {units}): ')
+    assert 'shape [0]' in message
+    assert message.endswith("use torso_dtype='float32', or 'auto', which "
+                            'picks bfloat16 only where it runs.')
+  assert networks.resolve_torso_dtype('auto', 'shallow') == 'float32'
+  networks.validate_torso_dtype('auto')
+
+
+def test_bfloat16_probe_finds_a_tensorflow_without_the_kernels(monkeypatch):
+  """The real probe, in a new interpreter, on TensorFlow loaded without
+  oneDNN (which has no working bfloat16 convolution on any CPU): it reports
+  what went wrong rather than passing. Where bfloat16 runs, the same probe
+  with oneDNN on passes (the bfloat16 tests below then run)."""
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '0')
+  problem = networks.bfloat16_probe.__wrapped__()
+  assert problem and 'bfloat16' in problem, problem
+
+
+def test_bfloat16_torso_keeps_the_float32_variables_and_paths(bfloat16_runs):
   """bfloat16 changes the computation only: the same float32 variables under
   the same names, so checkpoints and actors' weights are interchangeable."""
   frames = np.zeros((2, 84, 84, 4), np.uint8)
@@ -358,9 +407,9 @@ def test_lstm_unroll_refuses_what_it_does_not_compute():
     unknown_length.get_concrete_function()
 
 
-def _cpuinfo(tmp_path, flags):
+def _cpuinfo(tmp_path, flags, model='test'):
   path = tmp_path / 'cpuinfo'
-  path.write_text('processor\t: 0\nmodel name\t: test\n'
+  path.write_text(f'processor\t: 0\nmodel name\t: {model}\n'
                   f'flags\t\t: fpu sse2 avx512f {flags}\n\n')
   return str(path)
 
@@ -385,6 +434,7 @@ def test_auto_torso_dtype_is_bfloat16_only_where_it_is_fast(
     monkeypatch, network, onednn, units, expected):
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', onednn)
   monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda: units)
+  monkeypatch.setattr(networks, 'bfloat16_probe', lambda: None)
   assert networks.resolve_torso_dtype('auto', network) == expected
   networks.validate_torso_dtype('auto')
   # Explicit values are kept as they are, whatever the machine.
@@ -392,14 +442,10 @@ def test_auto_torso_dtype_is_bfloat16_only_where_it_is_fast(
     assert networks.resolve_torso_dtype(dtype, network) == dtype
 
 
-def test_auto_torso_computes_in_the_resolved_dtype(monkeypatch):
+def test_auto_torso_computes_in_the_resolved_dtype(monkeypatch,
+                                                  bfloat16_runs):
   """An 'auto' shallow torso gives exactly what the torso of the dtype it
   resolves to gives on the same variables, and not what the other gives."""
-  try:
-    networks.validate_torso_dtype('bfloat16')
-  except ValueError:
-    pytest.skip('TensorFlow loaded without oneDNN (TF_ENABLE_ONEDNN_OPTS=0 '
-                'exported): no bfloat16 convolutions in this process.')
   frames = tf.constant(np.random.default_rng(0).integers(
       0, 256, (2, 84, 84, 4)), tf.uint8)
 

@@ -117,6 +117,10 @@ def test_terminal_shows_progress_and_no_noise(first_run):
   assert progress, out
   assert re.search(r'^impala: ran \d+s; \d+ env steps, \d+ learner steps',
                    out, re.MULTILINE), out
+  # The end of the budget is said as such, not as a kill.
+  assert re.search(r'^impala: stopping: the budget is reached: [\d,]+ actor '
+                   r'steps >= max_actor_steps=4,000\.$', out, re.MULTILINE), out
+  assert 'SIGTERM' not in out
   for noise in NOISE:
     assert noise not in out
   # Node output is in one file per node, not in the terminal.
@@ -131,6 +135,23 @@ def test_terminal_shows_progress_and_no_noise(first_run):
     text = _node_output(logdir, name[:-len('.log')])
     for noise in NOISE:
       assert noise not in text, (name, noise)
+
+
+def test_plain_impala_learns_from_online_rows_only(first_run):
+  """f = 0: every row of every batch online (batch_size 8 in SMALL), and no
+  replay metric (NaN)."""
+  logdir, rc, _, _ = first_run
+  assert rc == 0
+  rows = _rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
+  assert rows
+  for row in rows:
+    assert (float(row['online_rows']), float(row['replayed_rows'])) == (
+        8, 0), row
+    for key in ('replay_staleness_mean', 'walk_start_fraction',
+                'rejected_fraction_replay'):
+      assert row[key] == 'nan', (key, row)
+  assert float(rows[-1]['online_rows_total']) == (
+      8 * float(rows[-1]['learner_steps']))
 
 
 def test_run_writes_its_curves(first_run):
@@ -233,6 +254,7 @@ def test_failing_node_stops_program_with_message(tmp_path):
                           lifecycle.INJECT_FAILURE_ENV: 'actor_1'})
   assert rc == 1, out[-5000:]
   assert "impala: node 'actor_1' failed: InjectedFailure" in out
+  assert "impala: stopping: node 'actor_1' failed." in out
   time.sleep(1)
   assert _session_processes(pid) == []
 
@@ -359,6 +381,7 @@ def test_prepare_run_resolves_auto_torso_dtype_and_records_it(
   config = configs.get_config('atari').replace(torso_dtype='auto')
   for units, resolved in ((True, 'bfloat16'), (False, 'float32')):
     monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda u=units: u)
+    monkeypatch.setattr(networks, 'bfloat16_probe', lambda: None)
     logdir = str(tmp_path / resolved)
     run = program_lib.prepare_run([config], logdir, 100_000)
     assert run.agents[0].config.torso_dtype == resolved
@@ -420,3 +443,24 @@ def test_restore_brings_back_the_replay_contents(tmp_path):
   assert low <= int(restored.group(1)) <= high
   time.sleep(1)
   assert _session_processes(pid) == []
+
+
+def test_bfloat16_is_refused_before_any_process_where_it_cannot_run(
+    tmp_path):
+  """On a CPU where TensorFlow's bfloat16 kernels are wrong (an AMD EPYC
+  without AVX-512 here), asking for them fails with the one-line refusal
+  and exit status 2 before any node starts, not inside a node. (Where they
+  work there is nothing to refuse; the message itself is tested on every CPU
+  in test_networks.py.)"""
+  from acme_impala import networks  # pylint: disable=g-import-not-at-top
+  if networks.bfloat16_probe() is None:
+    pytest.skip('bfloat16 runs on this CPU: nothing to refuse.')
+  logdir = str(tmp_path / 'bf16')
+  rc, out, _ = _run(['--config=atari', '--config.torso_dtype=bfloat16'],
+                    logdir, timeout=180)
+  assert rc == 2, out[-2000:]
+  refusal = [line for line in out.splitlines()
+             if 'cannot run on this CPU' in line]
+  assert len(refusal) == 1, out[-2000:]
+  assert "use torso_dtype='float32'" in refusal[0]
+  assert not os.path.exists(os.path.join(logdir, 'logs'))

@@ -283,11 +283,10 @@ def test_faulted_run_ends_cleanly_with_a_restart_summary(faulted):
   assert faulted['leftovers'] == []
 
 
-@pytest.mark.parametrize('start_method', supervisor.START_METHODS)
-def test_node_killed_past_its_limit_stops_the_program(tmp_path, start_method):
+def test_node_killed_past_its_limit_stops_the_program(tmp_path):
+  # Forked nodes, the default; exec'd ones in the Ctrl-C test below.
   run = Run(tmp_path, ['--num_actors=1', '--max_actor_steps=10000000',
-                       '--restarts=actor=1/600',
-                       f'--node_start={start_method}'])
+                       '--restarts=actor=1/600'])
   try:
     run.wait(lambda: run.rows('actor_0'), 'the actor to act')
     pid = run.kill('actor/0')
@@ -311,7 +310,10 @@ def test_node_killed_past_its_limit_stops_the_program(tmp_path, start_method):
 
 
 def test_ctrl_c_while_a_node_restarts_exits_0_with_nothing_left(tmp_path):
-  run = Run(tmp_path, ['--num_actors=1', '--max_actor_steps=10000000'])
+  # Nodes started by exec (a new interpreter each): their start, restart
+  # and stop, which the other tests run forked.
+  run = Run(tmp_path, ['--num_actors=1', '--max_actor_steps=10000000',
+                       '--node_start=exec'])
   try:
     run.wait(lambda: run.rows('actor_0'), 'the actor to act')
     pid = run.kill('actor/0')
@@ -327,3 +329,33 @@ def test_ctrl_c_while_a_node_restarts_exits_0_with_nothing_left(tmp_path):
   assert 'stopping: stopped by the user (Ctrl-C)' in out
   assert 'actor/0 1 (killed by SIGKILL)' in out
   assert run.leftovers() == []
+
+
+def test_the_stop_line_says_why_in_the_users_words(tmp_path):
+  """A SIGTERM is a node's lp.stop() (the budget reached, a failure), which
+  records why first, or comes from outside; the launcher's own reasons are
+  kept. The run's end is never worded as if someone had killed it."""
+  status = str(tmp_path / 'status')
+  assert supervisor.stop_line('stopped by the user (Ctrl-C)', status) == (
+      'stopped by the user (Ctrl-C)')
+  assert supervisor.stop_line(supervisor.SIGTERM, status) == (
+      'SIGTERM received from outside the program')
+  from acme_impala import lifecycle  # pylint: disable=g-import-not-at-top
+  stopped = []
+  real_stop = lifecycle.lp.stop
+  lifecycle.lp.stop = lambda: stopped.append(True)
+  try:
+    lifecycle.stop_program(status, 'the budget is reached: 4,010 actor '
+                           'steps >= max_actor_steps=4,000')
+  finally:
+    lifecycle.lp.stop = real_stop
+  assert stopped == [True]
+  assert supervisor.stop_line(supervisor.SIGTERM, status) == (
+      'the budget is reached: 4,010 actor steps >= max_actor_steps=4,000')
+  lifecycle.report_failure(status, 'actor_1', RuntimeError('boom'))
+  assert supervisor.stop_line(supervisor.SIGTERM, status) == (
+      "node 'actor_1' failed")
+  # A new run in the same status directory starts with neither.
+  lifecycle.clear_run_status(status)
+  assert supervisor.stop_line(supervisor.SIGTERM, status) == (
+      'SIGTERM received from outside the program')

@@ -90,8 +90,10 @@ class _Node:
 
   def stopper(self):
     """`lp.stop()` here: stops every pod of the attempt, then this one."""
+    why = lifecycle.read_stop_reason(os.path.join(self._logdir, 'status'))
     write_stop_marker(self._logdir, self._attempt,
-                      f'lp.stop() in {self._title}')
+                      f'lp.stop() in {self._title}' +
+                      (f' ({why})' if why else ''))
     logging.info('%s: wrote the stop marker %s.', self._title, self._marker)
     os.kill(os.getpid(), signal.SIGTERM)
 
