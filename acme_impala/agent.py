@@ -32,9 +32,11 @@ class IMPALA(acme.Actor):
 
   After each environment step the learner trains while a whole batch can be
   read without waiting: `num_online` new trajectories in the queue and, with
-  replay, at least `min_replay_size` in the replay. With replay_fraction = 1
-  (no queue) it takes one learner step per `num_replayed · unroll_length`
-  environment steps, the rate at which new data enters the replay.
+  replay, at least `min_replay_size` in the replay; until the replay has
+  them, `batch_size` online trajectories (all-online batches, see
+  `builder.MixedBatches`). With replay_fraction = 1 (no queue) it takes one
+  learner step per `num_replayed · unroll_length` environment steps, the
+  rate at which new data enters the replay.
   """
 
   def __init__(
@@ -90,13 +92,13 @@ class IMPALA(acme.Actor):
 
   def _batch_ready(self) -> bool:
     cfg, builder = self._config, self._builder
+    replay_ready = (not builder.uses_replay or
+                    self._tables[builder.replay_table].can_sample(1))
     if builder.uses_queue:
-      ready = self._tables[builder.queue_table].can_sample(cfg.num_online)
-    else:
-      ready = self._new_steps >= cfg.num_replayed * cfg.unroll_length
-    if builder.uses_replay:
-      ready = ready and self._tables[builder.replay_table].can_sample(1)
-    return ready
+      return self._tables[builder.queue_table].can_sample(
+          cfg.num_online if replay_ready else cfg.batch_size)
+    return replay_ready and (
+        self._new_steps >= cfg.num_replayed * cfg.unroll_length)
 
   def update(self, wait: bool = False):
     del wait

@@ -13,7 +13,7 @@ learner or actor into another Acme agent.
 import queue
 import threading
 import time
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from acme import adders as acme_adders
 from acme import core
@@ -44,9 +44,17 @@ class MixedBatches:
   queue item when it is sampled, so rows already read are never dropped:
   the online dataset hands over partial batches when its wait times out
   (`drop_remainder=False`), and rows read while the replay part is not ready
-  (e.g. below `min_replay_size`) wait here for the next call. A wait that
-  times out raises StopIteration; the next call resumes where it stopped,
-  rebuilding only the dataset that ended.
+  wait here for the next call. A wait that times out raises StopIteration;
+  the next call resumes where it stopped, rebuilding only the dataset that
+  ended.
+
+  Warm-up: until `replay_ready()` first says the replay can be sampled
+  (`min_replay_size` reached), every row of a batch is online. Waiting for
+  the replay instead would deadlock whenever the actors fill the queue
+  before the replay reaches its minimum: the queue blocks their writes, so
+  the replay never grows (issue 35). From the first ready answer on, the
+  batches mix, and the check is not made again (the replay never shrinks
+  below its minimum: it removes only at capacity).
   """
 
   # Errors of a Reverb read while the server is away (e.g. restarting after
@@ -57,7 +65,8 @@ class MixedBatches:
   def __init__(self, make_online: Optional[Callable[[], Iterator]],
                make_replay: Optional[Callable[[], Iterator]],
                num_online: int, num_replayed: int,
-               max_backoff_s: float = 10., walks: bool = False):
+               max_backoff_s: float = 10., walks: bool = False,
+               replay_ready: Optional[Callable[[], bool]] = None):
     self._max_backoff_s = max_backoff_s
     self._backoff_s = 0.
     self._outage_since = None
@@ -75,6 +84,14 @@ class MixedBatches:
     # starts; online rows never do.
     self._walks = walks
     self._no_walk_starts = tf.zeros([num_online], tf.bool)
+    # Without online rows (f = 1) nothing can be learned before the replay
+    # is ready, and nothing blocks the actors: no warm-up.
+    self._replay_ready = replay_ready
+    self._mixing = replay_ready is None or not num_online or not num_replayed
+    batch_size = num_online + num_replayed
+    self._warm_up_flags = tf.constant([True] * batch_size)
+    self._warm_up_walk_starts = (tf.zeros([batch_size], tf.bool) if walks
+                                 else None)
 
   def __iter__(self):
     return self
@@ -122,9 +139,14 @@ class MixedBatches:
                       time.time() - self._outage_since)
       self._outage_since, self._backoff_s = None, 0.
 
-  def _fill_online(self):
-    """Reads queue rows until a full online part is held."""
-    while self._num_rows < self._num_online:
+  @property
+  def warming_up(self) -> bool:
+    """Whether batches are still all online, waiting for the replay."""
+    return not self._mixing
+
+  def _fill_online(self, n: int):
+    """Reads queue rows until `n` are held."""
+    while self._num_rows < n:
       if self._online is None:
         self._online = self._through_outage(self._make_online)
       try:
@@ -135,8 +157,7 @@ class MixedBatches:
       self._rows.append(part)
       self._num_rows += int(tree.flatten(part)[0].shape[0])
 
-  def _take_online(self):
-    n = self._num_online
+  def _take_online(self, n: int):
     if len(self._rows) == 1 and self._num_rows == n:
       # The usual case, one full read: no copy.
       self._num_rows = 0
@@ -151,8 +172,17 @@ class MixedBatches:
   def __next__(self) -> types.Batch:
     if self._backoff_s:
       time.sleep(self._backoff_s)
+    if not self._mixing:
+      self._mixing = bool(self._through_outage(self._replay_ready))
+    if not self._mixing:
+      batch_size = self._num_online + self._num_replayed
+      self._fill_online(batch_size)
+      data = self._take_online(batch_size)
+      self._reconnected()
+      return types.Batch(data=data, online=self._warm_up_flags,
+                         walk_start=self._warm_up_walk_starts)
     parts = []
-    self._fill_online()
+    self._fill_online(self._num_online)
     if self._num_replayed:
       if self._replay is None:
         self._replay = self._through_outage(self._make_replay)
@@ -168,7 +198,7 @@ class MixedBatches:
       if self._num_online:
         walk_start = tf.concat([self._no_walk_starts, walk_start], axis=0)
     if self._num_online:
-      parts.append(self._take_online())
+      parts.append(self._take_online(self._num_online))
     if self._num_replayed:
       parts.append(replayed)
     data = parts[0] if len(parts) == 1 else tree.map_structure(
@@ -176,6 +206,26 @@ class MixedBatches:
     self._reconnected()
     return types.Batch(data=data, online=self._online_flags,
                        walk_start=walk_start)
+
+
+class ReplayReady:
+  """Whether a replay table holds the items it needs before it can be
+  sampled (`min_size`): one server_info call, bounded by `timeout_ms`
+  (an unreachable server raises, which `MixedBatches` waits out)."""
+
+  def __init__(self, server_address: str, table: str, min_size: int,
+               timeout_ms: int):
+    self._address = server_address
+    self._client = None
+    self._table = table
+    self._min_size = min_size
+    self._timeout_s = max(1, timeout_ms // 1000)
+
+  def __call__(self) -> bool:
+    if self._client is None:
+      self._client = reverb.Client(self._address)
+    info = self._client.server_info(timeout=self._timeout_s)
+    return info[self._table].current_size >= self._min_size
 
 
 class EpisodeWalks:
@@ -380,6 +430,19 @@ class IMPALABuilder:
     """Tables that get each episode as an item."""
     return [self.replay_table] if self.replays_episodes else []
 
+  def table_roles(self, prefix: str = '') -> Dict[str, Tuple[str, str]]:
+    """{table name: (role, unit of its items)} for progress reports, e.g.
+    {'priority_table': ('queue', 'trajectories'), 'replay': ('replay',
+    'episodes')}; roles start with `prefix` (a sweep's 'agent_0 ')."""
+    roles = {}
+    if self.uses_queue:
+      roles[self._queue_table] = (prefix + 'queue', 'trajectories')
+    if self.uses_replay:
+      roles[self._replay_table] = (
+          prefix + 'replay',
+          'episodes' if self.replays_episodes else 'trajectories')
+    return roles
+
   def make_network(self) -> networks_lib.IMPALANetwork:
     """A network with its variables created (same order in every process)."""
     net = networks_lib.make_network(self._config,
@@ -459,7 +522,9 @@ class IMPALABuilder:
     """`types.Batch`es of [B, T+1] items: B(1-f) online rows, then Bf replayed.
 
     Under replay_core_state='recompute' the replayed rows walk episodes
-    (`EpisodeWalks`) and the batch says where each walk starts.
+    (`EpisodeWalks`) and the batch says where each walk starts. Until the
+    replay holds `min_replay_size` items every row is online (see
+    `MixedBatches`).
 
     `timeout_ms` bounds each wait for data: when a table has nothing to give
     for that long, `next` raises StopIteration and the next call resumes
@@ -484,8 +549,13 @@ class IMPALABuilder:
       make_replay = lambda: self._table_dataset(
           server_address, self._replay_table, cfg.num_replayed, timeout_ms,
           drop_remainder=True)
+    replay_ready = None
+    if make_online and make_replay:
+      replay_ready = ReplayReady(server_address, self._replay_table,
+                                 cfg.min_replay_size, timeout_ms)
     batches = MixedBatches(make_online, make_replay, cfg.num_online,
-                           cfg.num_replayed, walks=self.replays_episodes)
+                           cfg.num_replayed, walks=self.replays_episodes,
+                           replay_ready=replay_ready)
     if should_stop is None:
       return batches
     return BackgroundIterator(batches, should_stop)

@@ -464,7 +464,14 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     elapsed = end - self._last_time if self._last_time else 0.
     self._last_time = end
 
-    counts = self._counter.increment(steps=1, walltime=elapsed)
+    # Where this step's rows came from: all online while LASER's replay
+    # warms up (builder.MixedBatches), then B(1-f) and Bf; the counter keeps
+    # the totals (with the prefix 'learner_' of the learner's counter).
+    rows = np.asarray(online, bool)
+    num_online = int(rows.sum())
+    counts = self._counter.increment(
+        steps=1, walltime=elapsed, online_rows=num_online,
+        replayed_rows=int(rows.size) - num_online)
     metrics = {k: float(v) for k, v in metrics.items()}
     total = self._wait_time + self._busy_time
     # Only the counts this learner's rows are about: a fixed set of columns.
@@ -478,6 +485,11 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     metrics['samples_per_second'] = metrics['steps_per_second'] * (
         self._config.batch_size)
     metrics['queue_wait_fraction'] = self._wait_time / total if total else 0.
+    metrics['online_rows'] = num_online
+    metrics['replayed_rows'] = int(rows.size) - num_online
+    for key in ('online_rows', 'replayed_rows'):
+      metrics[key + '_total'] = next(
+          (v for k, v in counts.items() if k.endswith(key)), 0)
     self._logger.write(metrics)
 
   def get_variables(self, names: List[str]) -> List[List[np.ndarray]]:

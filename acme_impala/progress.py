@@ -10,10 +10,19 @@ logs.csv` (a row per second: actor and learner steps, policy lag, time) and
       95 updates/s | eval return 187.4 (last 10) | policy lag 1.2 | ETA 2m37s
 
 (one line). Rates are over the last `window_s` seconds of learner rows.
+Where the learner waits (no step yet, or none for `STALL_S` seconds) or
+LASER's replay is still below the size it is sampled from, the line says so
+from the Reverb tables' sizes, which the replay node writes to
+`<logdir>/status/tables-<node>.json` every second, e.g.
+
+  impala: 40s | starting: waiting for the first learner steps | replay
+      37/100 episodes before sampling; queue full (64/64)
 """
 
 import csv
+import glob
 import io
+import json
 import math
 import os
 import time
@@ -25,6 +34,9 @@ from acme_impala import curves
 
 # Evaluation episodes in the reported mean.
 EVAL_EPISODES = 10
+# Seconds without a new learner row after which the line says the learner
+# is waiting, and on what (the learner logs a row per second while it steps).
+STALL_S = 20.
 _TAIL_BYTES = 256 * 1024
 
 
@@ -59,6 +71,40 @@ def read_tail(path: str, max_rows: int = 200) -> List[Dict[str, float]]:
         row[name] = math.nan
     rows.append(row)
   return rows
+
+
+def read_tables(status_dir: str) -> List[Dict[str, object]]:
+  """The Reverb tables' last reported sizes (see nodes.ReplayNode), as a
+  list of {role, unit, size, max_size, min_to_sample}; [] before the first
+  report."""
+  tables = []
+  for path in sorted(glob.glob(os.path.join(status_dir, 'tables-*.json'))):
+    try:
+      with open(path) as f:
+        tables.extend(json.load(f).values())
+    except (OSError, ValueError):
+      continue
+  return tables
+
+
+def table_status(tables: Sequence[Dict[str, object]],
+                 stalled: bool = False) -> str:
+  """What in the tables holds the learner or the actors back: a replay
+  below the size it is sampled from ('replay 37/100 episodes before
+  sampling'), a full queue (actors blocked: 'queue full (64/64)') and, when
+  the learner is `stalled`, an empty queue (no trajectories arriving)."""
+  parts = []
+  # The replay first: while it is below its minimum it is the cause.
+  for t in sorted(tables, key=lambda t: 'replay' not in t['role']):
+    role, size = t['role'], t['size']
+    if 'replay' in role and size < t['min_to_sample']:
+      parts.append(f'{role} {size}/{t["min_to_sample"]} {t["unit"]} before '
+                   'sampling')
+    elif 'queue' in role and size >= t['max_size']:
+      parts.append(f'{role} full ({size}/{t["max_size"]})')
+    elif 'queue' in role and stalled and size == 0:
+      parts.append(f'{role} empty (no trajectories arriving)')
+  return '; '.join(parts)
 
 
 def format_duration(seconds: float) -> str:
@@ -122,6 +168,7 @@ class Progress:
       v = last.get(key, math.nan)
       return None if math.isnan(v) else v
     return {
+        'timestamp': value('timestamp'),
         'actor_steps': value('actor_steps'),
         'learner_steps': value('learner_steps'),
         'policy_lag': value('policy_lag_mean'),
@@ -135,11 +182,15 @@ class Progress:
     elapsed = format_duration(now - self._start)
     statuses = [self.agent_status(a) for a in self._agents]
     steps = [s['actor_steps'] for s in statuses]
+    tables = read_tables(os.path.join(self._logdir, 'status'))
     if any(s is None for s in steps):
-      return f'{elapsed} | starting: waiting for the first learner steps'
+      why = table_status(tables)
+      return (f'{elapsed} | starting: waiting for the first learner steps' +
+              (f' | {why}' if why else ''))
     done = min(steps)  # The coordinator stops at every agent's budget.
     parts = [elapsed, f'env steps {format_count(done)}/'
              f'{format_count(self._max)} ({min(done / self._max, 1):.0%})']
+
     rates = [s['env_steps_per_s'] for s in statuses]
     rate = min(rates) if all(r is not None for r in rates) else None
     if len(statuses) == 1:
@@ -159,6 +210,16 @@ class Progress:
       parts.append('eval return ' + ' '.join(
           f'{s["eval_return"]:.0f}' if s['eval_return'] is not None else '-'
           for s in statuses) + f' (agents 0-{len(statuses) - 1})')
+    last = [s['timestamp'] for s in statuses if s['timestamp'] is not None]
+    idle = now - min(last) if last else 0.
+    if idle >= STALL_S and done < self._max:
+      why = table_status(tables, stalled=True)
+      parts.append(f'no learner step for {format_duration(idle)}' +
+                   (f': {why}' if why else ''))
+    else:
+      warming = table_status([t for t in tables if 'replay' in t['role']])
+      if warming:
+        parts.append(f'{warming} (online rows only until then)')
     if rate and done < self._max:
       parts.append(f'ETA {format_duration((self._max - done) / rate)}')
     return ' | '.join(parts)

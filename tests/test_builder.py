@@ -139,32 +139,43 @@ def _write_numbered_items(builder, client, first, count):
 
 
 def test_every_online_trajectory_is_learned_from_exactly_once():
-  """The replay half times out while the replay is below min_replay_size:
-  online rows already taken from the queue must wait, not be dropped."""
+  """While the replay is below min_replay_size the batches are all online
+  (waiting for the replay instead deadlocked once the actors had filled
+  the queue: issue 35); from the first batch after it can be sampled they
+  mix. Every queue item is learned from once, in the queue's order, across
+  the switch; rows read when a wait times out are held, not dropped."""
   config, _, builder, server = _setup(0.5, batch_size=8, min_replay_size=50)
   address = f'localhost:{server.port}'
   client = reverb.Client(address)
   _write_numbered_items(builder, client, first=1, count=33)
   iterator = builder.make_dataset_iterator(address, timeout_ms=300)
-  for _ in range(3):
-    # Replay holds 33 < 50 items: the batch cannot be completed.
-    with pytest.raises(StopIteration):
-      next(iterator)
-  # The queue has been read (its items are held by the iterator), the
-  # replay still holds everything.
-  assert _sizes(client)[types.QUEUE_TABLE] < 33
-  _write_numbered_items(builder, client, first=34, count=40)
   seen = []
+
+  def take(batch):
+    online = batch.online.numpy()
+    seen.extend(batch.data.extras['policy_version'].numpy()[:, 0][online])
+    return online
+
+  # Replay holds 33 < 50 items: four all-online batches of 8, then the
+  # 33rd item waits for the next call.
+  for _ in range(4):
+    assert take(next(iterator)).tolist() == [True] * 8
+  with pytest.raises(StopIteration):
+    next(iterator)
+  assert _sizes(client)[types.QUEUE_TABLE] == 0
+  assert _sizes(client)[types.REPLAY_TABLE] == 33
+  _write_numbered_items(builder, client, first=34, count=40)
+  mixed = 0
   while True:
     try:
       batch = next(iterator)
     except StopIteration:
       break  # The queue is empty.
-    online = batch.online.numpy()
-    first_versions = batch.data.extras['policy_version'].numpy()[:, 0]
-    seen += list(first_versions[online])
-  # 73 items, 4 online rows per batch: all but the last one, each once, in
-  # the queue's order.
+    assert take(batch).tolist() == [True] * 4 + [False] * 4
+    mixed += 1
+  # 73 items: the 32 of the warm-up, then 4 online rows per mixed batch,
+  # all but the last one (held), each once, in the queue's order.
+  assert mixed == 10
   assert seen == list(range(1, 73))
   server.stop()
 
@@ -174,8 +185,8 @@ def test_background_iterator_returns_when_stopped():
   stop = threading.Event()
   iterator = builder.make_dataset_iterator(
       f'localhost:{server.port}', timeout_ms=200, should_stop=stop.is_set)
-  # Nothing can be sampled (min_replay_size is never reached): next() waits
-  # until the stop, then ends instead of blocking.
+  # Nothing can be read (an empty queue; min_replay_size is never
+  # reached): next() waits until the stop, then ends instead of blocking.
   threading.Timer(1.0, stop.set).start()
   with pytest.raises(StopIteration):
     next(iterator)
@@ -217,12 +228,22 @@ def test_recompute_rows_walk_episodes_and_online_rows_stay_exact():
   client = _act(builder, env, server, version=1, steps=150)
   assert _sizes(client)[types.REPLAY_TABLE] < 25
   iterator = builder.make_dataset_iterator(address, timeout_ms=300)
-  for _ in range(2):
-    with pytest.raises(StopIteration):
-      next(iterator)
+  online_rows, walks, lengths = [], [], []
+  # Below min_replay_size: all-online batches, no walk, until the queue
+  # is drained (the rest of a batch waits in the iterator).
+  warm_up = 0
+  while True:
+    try:
+      batch = next(iterator)
+    except StopIteration:
+      break
+    assert batch.online.numpy().all() and not batch.walk_start.numpy().any()
+    obs = batch.data.observation.observation.numpy()
+    online_rows += [tuple(obs[r, :2].ravel()) for r in range(8)]
+    warm_up += 1
+  assert warm_up >= 2
   _act(builder, env, server, version=2, steps=900)
   written = _inserts(client, types.QUEUE_TABLE)
-  online_rows, walks, lengths = [], [], []
   previous = None
   while True:
     try:
@@ -248,8 +269,9 @@ def test_recompute_rows_walk_episodes_and_online_rows_stay_exact():
         np.testing.assert_array_equal(obs[r, 0], previous[r, T])
         lengths[len(lengths) - 1 - walks[::-1].index(r)] += 1
     previous = obs
-  # Every queue trajectory learned from once (the last partial batch of
-  # fewer than 4 waits in the iterator for more data).
+  # Every queue trajectory learned from once, across the switch to mixed
+  # batches (the last partial batch of fewer than 4 waits in the iterator
+  # for more data).
   assert written - 4 < len(online_rows) <= written
   assert len(set(online_rows)) == len(online_rows)
   assert len(walks) >= 8 and max(lengths) >= 3

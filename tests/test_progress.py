@@ -70,6 +70,45 @@ def test_before_the_first_learner_row_the_line_says_starting(tmp_path):
   assert line == '7s | starting: waiting for the first learner steps'
 
 
+def _tables(logdir, **sizes):
+  """The replay node's report: a queue of 64 and a replay of whole episodes
+  sampled from 100 on, at the given sizes."""
+  import json  # pylint: disable=g-import-not-at-top
+  status = os.path.join(logdir, 'status')
+  os.makedirs(status, exist_ok=True)
+  with open(os.path.join(status, 'tables-replay.json'), 'w') as f:
+    json.dump({
+        'priority_table': dict(role='queue', unit='trajectories',
+                               size=sizes['queue'], max_size=64,
+                               min_to_sample=1),
+        'replay': dict(role='replay', unit='episodes', size=sizes['replay'],
+                       max_size=10_000, min_to_sample=100)}, f)
+
+
+def test_a_waiting_learner_is_told_by_the_tables(tmp_path):
+  """Issue 35: 'waiting' alone hid a full queue and a replay that could not
+  grow; the line names the limits instead."""
+  logdir = str(tmp_path)
+  _tables(logdir, queue=64, replay=37)
+  tracker = progress.Progress(logdir, 360_000, start_time=1000.)
+  assert tracker.line(now=1040.) == (
+      '40s | starting: waiting for the first learner steps | replay 37/100 '
+      'episodes before sampling; queue full (64/64)')
+  # Learning on online rows while the replay warms up.
+  _write(logdir, 'learner', LEARNER_COLUMNS,
+         [(3000 * t, 40 * t, 1.5, 1000. + t) for t in range(0, 61)])
+  line = tracker.line(now=1061.)
+  assert line.endswith('policy lag 1.5 | replay 37/100 episodes before '
+                       'sampling (online rows only until then) | ETA 1m00s')
+  # No learner row for 40 s: stalled, and why.
+  _tables(logdir, queue=0, replay=120)
+  assert ' | no learner step for 40s: queue empty (no trajectories arriving)'\
+      ' | ' in tracker.line(now=1100.)
+  _tables(logdir, queue=10, replay=120)
+  assert ' | no learner step for 40s | ' in tracker.line(now=1100.)
+  assert 'before sampling' not in tracker.line(now=1061.)
+
+
 def test_sweep_line_uses_the_slowest_agent(tmp_path):
   logdir = str(tmp_path)
   for i, rate in enumerate((100, 300)):

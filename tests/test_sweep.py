@@ -1,5 +1,6 @@
-"""LASER programs: mixing online and replayed data without deadlock at
-f = 0, 0.875 and 1, and a two-agent sweep sharing one replay (test_mt)."""
+"""LASER programs: mixing online and replayed data without deadlock (f = 1;
+the README's LASER command and the sweep program on the default config),
+and two-agent sweeps sharing one replay."""
 
 import csv
 import os
@@ -32,36 +33,34 @@ def _learner_rows(path):
     return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize('f,extra', [
-    (0.0, []),
-    (0.875, ['--config.kl_threshold=0.5', '--config.entropy_on_online_only=true']),
-    (1.0, []),
-])
-def test_replay_mixing_runs_and_stops_without_deadlock(tmp_path, f, extra):
-  """With the default replay_core_state='recompute': replayed rows walk
-  episodes (a walk spans several trajectories), and the program ends at its
-  budget."""
-  logdir = str(tmp_path / f'f{f}')
+def test_replay_only_runs_and_stops_without_deadlock(tmp_path):
+  """f = 1 (no queue) with the default replay_core_state='recompute':
+  replayed rows walk episodes (a walk spans several trajectories), and the
+  program ends at its budget. (f = 0 is the plain program of
+  test_program.py; f = 0.875 the README's LASER command below.)"""
+  logdir = str(tmp_path / 'f1')
   rc, out = _run('impala_lp.py', [
       '--lp_launch_type=local_mp', f'--logdir={logdir}', '--num_actors=1',
-      # With f = 1 nothing blocks the actors: give the learner time to
-      # compile and step before the budget is spent, even on a busy machine.
-      f'--max_actor_steps={20000 if f < 1 else 30000}', '--noevaluator',
-      f'--config.replay_fraction={f}'] + extra)
+      # Nothing blocks the actors: give the learner time to compile and
+      # step before the budget is spent, even on a busy machine.
+      '--max_actor_steps=15000', '--noevaluator',
+      '--config.replay_fraction=1.0'])
   assert rc == 0, out[-4000:]
   rows = _learner_rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
   assert rows and float(rows[-1]['learner_steps']) >= 1
+  _walks_and_staleness(rows)
+  assert 'Proposition 2' in out
+  assert all(r['rejected_fraction_online'] == 'nan' for r in rows)
+
+
+def _walks_and_staleness(rows):
+  """Replayed rows' staleness is logged and they walk episodes over several
+  trajectories (the share of rows starting a walk well below 1)."""
   staleness = [float(r['replay_staleness_mean']) for r in rows]
+  assert any(s == s for s in staleness)  # Logged (not NaN) with replay.
   walk_starts = [float(r['walk_start_fraction']) for r in rows]
-  if f == 0.0:
-    assert all(s != s for s in staleness + walk_starts)  # NaN: no replay
-    return
-  assert any(s == s for s in staleness)  # logged (not NaN) with replay
   walk_starts = [w for w in walk_starts if w == w]
   assert walk_starts and np.mean(walk_starts) < 0.9
-  if f == 1.0:
-    assert 'Proposition 2' in out
-    assert all(r['rejected_fraction_online'] == 'nan' for r in rows)
 
 
 def test_sweep_program_graph_shares_or_separates_replay(tmp_path):
@@ -95,31 +94,78 @@ def test_sweep_validation_names_the_mismatch(tmp_path):
                              str(tmp_path / 'y'))
 
 
-def test_two_agents_share_one_replay_under_test_mt(tmp_path):
-  logdir = str(tmp_path / 'sweep')
-  rc, out = _run('laser_sweep_lp.py', [
-      '--lp_launch_type=test_mt', f'--logdir={logdir}',
-      '--learning_rates=1e-3,2e-3', '--entropy_costs=0.01',
-      '--num_actors=1', '--max_actor_steps=2000',
-      '--config.kl_threshold=1.0', '--config.anneal_learning_rate=true'])
+# The README's LASER flags (section "LASER").
+README_LASER = ['--config.replay_fraction=0.875', '--config.kl_threshold=0.5',
+                '--config.entropy_on_online_only=true']
+
+
+def _run_default(program, args, timeout=400):
+  """`program` with the default config (no SMALL overrides)."""
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'programs', program)] + args,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      timeout=timeout, cwd=ROOT)
+  return proc.returncode, proc.stdout
+
+
+def _warm_up_then_mixed(rows, batch_size, num_online):
+  """The learner's batches: all online while the replay warms up, then
+  num_online online rows and the rest replayed, never back."""
+  kinds = [(int(float(r['online_rows'])), int(float(r['replayed_rows'])))
+           for r in rows]
+  assert kinds[0] == (batch_size, 0), kinds[:5]
+  mixed = (num_online, batch_size - num_online)
+  assert mixed in kinds, kinds[-5:]
+  switch = kinds.index(mixed)
+  assert set(kinds[:switch]) == {(batch_size, 0)}
+  assert set(kinds[switch:]) == {mixed}
+  # The counter's totals account for every row of every step.
+  last = rows[-1]
+  assert (float(last['online_rows_total']) +
+          float(last['replayed_rows_total'])) == (
+              batch_size * float(last['learner_steps']))
+  assert float(last['online_rows_total']) > (
+      num_online * float(last['learner_steps']))
+
+
+def test_readme_laser_command_on_the_default_config_reaches_its_budget(
+    tmp_path):
+  """Issue 35: on the default program (2 actors x 32 environments, a queue
+  of 64, the replay sampled from 100 episodes on) the queue filled before
+  the replay reached its minimum and neither could move. Now the learner
+  trains on online rows until the replay can be sampled, then mixes."""
+  logdir = str(tmp_path / 'laser')
+  rc, out = _run_default('impala_lp.py', README_LASER + [
+      '--max_actor_steps=30000', f'--logdir={logdir}'])
   assert rc == 0, out[-4000:]
-  # f = 0.875 of batch 8: one online trajectory of 10 steps per learner step,
-  # so the 2000-step budget is 200 learner steps for each agent.
-  horizon = 2000 // (1 * 10)
-  for i, base_lr in enumerate((1e-3, 2e-3)):
-    assert (f'agent_{i}: learning_rate={base_lr} entropy_cost=0.01 '
-            f'replay_fraction=0.875 kl_threshold=1.0 '
-            f'lr_anneal_steps={horizon}') in out
-    rows = _learner_rows(os.path.join(logdir, 'logs', f'agent_{i}',
-                                      'learner', 'logs.csv'))
-    assert rows and float(rows[-1]['learner_steps']) >= 1
-    for row in rows:
-      # The rate of step s (logged after it) is lr * (1 - (s - 1) / H).
-      step = float(row['learner_steps'])
-      expected = base_lr * max(0., 1. - (step - 1) / horizon)
-      np.testing.assert_allclose(float(row['learning_rate']), expected,
-                                 rtol=1e-5, atol=1e-9)
-    assert os.path.exists(os.path.join(logdir, 'logs', f'agent_{i}',
-                                       'evaluator', 'logs.csv'))
+  assert 'stopping: the budget is reached' in out, out[-4000:]
+  config = configs.get_config('cartpole')
+  rows = _learner_rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
+  _warm_up_then_mixed(rows, config.batch_size, config.batch_size // 8)
+  _walks_and_staleness(rows)
+  assert any(float(r['rejected_fraction_replay']) >= 0 for r in rows)
+
+
+def test_sweep_program_with_no_flags_reaches_its_budget(tmp_path):
+  """The sweep program as shipped (two agents sharing one replay, default
+  config, f = 0.875), only its budget made small."""
+  logdir = str(tmp_path / 'sweep')
+  rc, out = _run_default('laser_sweep_lp.py', [
+      '--max_actor_steps=20000', f'--logdir={logdir}'])
+  assert rc == 0, out[-4000:]
+  assert 'stopping: the budget is reached' in out, out[-4000:]
+  assert 'for every agent' in out
   assert 'share_replay=True' in out
-  assert 'laser_sweep: all nodes stopped; exiting with status 0.' in out
+  config = configs.get_config('cartpole')
+  for i, base_lr in enumerate((1e-3, 2e-3)):  # The program's default grid.
+    agent = f'agent_{i}'
+    assert (f'{agent}: learning_rate={base_lr} entropy_cost=0.01 '
+            'replay_fraction=0.875') in out
+    rows = _learner_rows(os.path.join(logdir, 'logs', agent, 'learner',
+                                      'logs.csv'))
+    _warm_up_then_mixed(rows, config.batch_size, config.batch_size // 8)
+    # Each agent learns with its own rate (not annealed by default).
+    np.testing.assert_allclose([float(r['learning_rate']) for r in rows],
+                               base_lr, rtol=1e-6)
+    assert os.path.exists(os.path.join(logdir, 'logs', agent, 'evaluator',
+                                       'logs.csv'))
