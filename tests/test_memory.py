@@ -21,8 +21,9 @@ holes freed earlier):
     made actors grow ~6 MB/min and the learner ~1.5 MB/min.
 
 The bounds are about a third of what that leak adds over the same calls
-(~1.6 MB over 4,000 policy calls, ~0.8 MB over 2,000 updates) and several
-times what the fixed loops grow (< 0.05 MB).
+(~0.8 MB over 2,000 policy calls or 2,000 updates) and several times what
+the fixed loops grow (< 0.05 MB). Measured on an AMD EPYC at 2,000 calls:
+the control 0.81 MB, the actor 0.03 MB, the evaluator 0.00 MB.
 """
 
 import ctypes
@@ -34,8 +35,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CALLS = 4_000  # Policy calls measured, after as many for warm-up.
-BOUND_MB = 0.6
+CALLS = 2_000  # Policy calls measured, after as many for warm-up.
+BOUND_MB = 0.3
 # Learner updates measured (after as many).
 LEARNER_CALLS = 2_000
 LEARNER_BOUND_MB = 0.3
