@@ -25,3 +25,24 @@ def bfloat16_runs():
     networks.validate_torso_dtype('bfloat16')
   except ValueError as error:
     pytest.skip(f'bfloat16 does not run here: {error}')
+
+
+@pytest.fixture(scope='session')
+def readme_run(tmp_path_factory):
+  """The README's example run, once per session at small budgets:
+  `bash scripts/train.sh --num_actors=4 ... --logdir=runs/cp` (20k env
+  steps), then its `--restore` (to 40k). Returns (logdir, the first run's
+  output, the restored run's output); test_docs.py checks both,
+  test_evaluate.py evaluates and exports the trained policy."""
+  import docs_commands  # pylint: disable=g-import-not-at-top
+  logdir = str(tmp_path_factory.mktemp('readme') / 'cp')
+  outputs = []
+  for pattern, budget in (
+      (r'bash scripts/train\.sh --num_actors=4 .*', 20_000),
+      (r'bash scripts/train\.sh .*--restore.*', 40_000)):
+    rc, out = docs_commands.run(docs_commands.small(
+        docs_commands.readme_command(pattern), max_actor_steps=budget,
+        logdir=logdir))
+    assert rc == 0, out[-4000:]
+    outputs.append(out)
+  return (logdir, *outputs)

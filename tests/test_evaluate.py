@@ -9,7 +9,6 @@ untrained network.
 
 import os
 import re
-import signal
 import subprocess
 import sys
 
@@ -45,23 +44,10 @@ def _error_lines(stderr):
 
 
 @pytest.fixture(scope='module')
-def trained_run(tmp_path_factory):
-  """The run directory of a short CartPole training."""
-  logdir = str(tmp_path_factory.mktemp('trained') / 'run')
-  proc = subprocess.Popen(
-      [PYTHON, os.path.join(ROOT, 'programs', 'impala_lp.py'),
-       '--lp_launch_type=local_mp', '--max_actor_steps=20000',
-       f'--logdir={logdir}', '--num_actors=1', '--noevaluator'],
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
-      start_new_session=True, text=True)
-  try:
-    out, _ = proc.communicate(timeout=300)
-  except subprocess.TimeoutExpired:
-    os.killpg(proc.pid, signal.SIGKILL)
-    out, _ = proc.communicate()
-    pytest.fail(f'training did not finish within 300 s:\n{out[-5000:]}')
-  assert proc.returncode == 0, out[-5000:]
-  return logdir
+def trained_run(readme_run):
+  """The run directory of a short CartPole training: the README's example
+  run (conftest.readme_run), which the README's evaluate commands use."""
+  return readme_run[0]
 
 
 def _write_untrained_run(logdir, *configs):
