@@ -95,8 +95,13 @@ class IMPALA(acme.Actor):
     replay_ready = (not builder.uses_replay or
                     self._tables[builder.replay_table].can_sample(1))
     if builder.uses_queue:
+      # The warm-up reads the queue num_online rows at a time (see
+      # builder.MixedBatches) until it holds batch_size: whole reads, or
+      # what the queue can hold, so that no read waits out its timeout.
+      warm_up = min(-(-cfg.batch_size // cfg.num_online) * cfg.num_online,
+                    cfg.max_queue_size)
       return self._tables[builder.queue_table].can_sample(
-          cfg.num_online if replay_ready else cfg.batch_size)
+          cfg.num_online if replay_ready else warm_up)
     return replay_ready and (
         self._new_steps >= cfg.num_replayed * cfg.unroll_length)
 

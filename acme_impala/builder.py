@@ -48,13 +48,14 @@ class MixedBatches:
   the next call resumes where it stopped, rebuilding only the dataset that
   ended.
 
-  Warm-up: until `replay_ready()` first says the replay can be sampled
+  Warm-up: until `replay_ready()` says the replay can be sampled
   (`min_replay_size` reached), every row of a batch is online. Waiting for
   the replay instead would deadlock whenever the actors fill the queue
   before the replay reaches its minimum: the queue blocks their writes, so
-  the replay never grows (issue 35). From the first ready answer on, the
-  batches mix, and the check is not made again (the replay never shrinks
-  below its minimum: it removes only at capacity).
+  the replay never grows (issue 35). From a ready answer on, the batches
+  mix; the replay removes only at capacity, so it stays sampleable, unless
+  its server restarts from an older (or no) checkpoint: after an outage,
+  or a replay read that timed out, the check is made again.
   """
 
   # Errors of a Reverb read while the server is away (e.g. restarting after
@@ -87,7 +88,9 @@ class MixedBatches:
     # Without online rows (f = 1) nothing can be learned before the replay
     # is ready, and nothing blocks the actors: no warm-up.
     self._replay_ready = replay_ready
-    self._mixing = replay_ready is None or not num_online or not num_replayed
+    self._always_mixing = (replay_ready is None or not num_online or
+                           not num_replayed)
+    self._mixing = self._always_mixing
     batch_size = num_online + num_replayed
     self._warm_up_flags = tf.constant([True] * batch_size)
     self._warm_up_walk_starts = (tf.zeros([batch_size], tf.bool) if walks
@@ -126,6 +129,7 @@ class MixedBatches:
     """Drops both datasets; the next call rebuilds them after a backoff.
     Rows already read stay in `_rows`."""
     self._online = self._replay = None
+    self._mixing = self._always_mixing  # The replay may come back smaller.
     now = time.time()
     if self._outage_since is None:
       self._outage_since = now
@@ -189,7 +193,10 @@ class MixedBatches:
       try:
         replayed = self._next(self._replay)
       except StopIteration:
-        self._replay = None  # Sampling does not remove: nothing is lost.
+        # Sampling does not remove: nothing is lost. A replay read times
+        # out only below min_replay_size: ask again before mixing.
+        self._replay = None
+        self._mixing = self._always_mixing
         raise
     # Online rows leave `_rows` only once the whole batch is there.
     walk_start = None

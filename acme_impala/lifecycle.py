@@ -96,9 +96,11 @@ def read_failures(status_dir: str) -> List[str]:
 
 
 def clear_run_status(status_dir: str) -> None:
-  """Removes an earlier run's failure records and stop reason."""
-  for path in glob.glob(os.path.join(status_dir, _FAILURE_PREFIX + '*')) + [
-      os.path.join(status_dir, _STOP_REASON_FILE)]:
+  """Removes an earlier run's failure records, stop reason and table
+  sizes (nodes.ReplayNode's tables-<node>.json)."""
+  for path in (glob.glob(os.path.join(status_dir, _FAILURE_PREFIX + '*')) +
+               glob.glob(os.path.join(status_dir, 'tables-*.json')) +
+               [os.path.join(status_dir, _STOP_REASON_FILE)]):
     if os.path.exists(path):
       os.remove(path)
 

@@ -17,7 +17,6 @@ resetting its state where a new episode starts inside the sequence, which is
 what the actor did when it generated the data.
 """
 
-import functools
 import json
 import os
 import subprocess
@@ -172,8 +171,15 @@ print(json.dumps({'problem': problem}))
 """
 
 
-@functools.lru_cache(maxsize=None)
-def bfloat16_probe(timeout_s: float = 120.) -> Optional[str]:
+# Set by a process whose probe passed, for the processes it starts (a local
+# program's nodes, forked or exec'd, run on the same CPU with the same
+# TensorFlow): the TF_ENABLE_ONEDNN_OPTS it passed with. A Kubernetes pod
+# does not inherit it and probes on its own node.
+BFLOAT16_PROBE_ENV = 'ACME_IMPALA_BFLOAT16_PASSED'
+_probe_results = {}
+
+
+def bfloat16_probe() -> Optional[str]:
   """None when TensorFlow, as this process loads it (same interpreter, same
   TF_ENABLE_ONEDNN_OPTS), computes the shallow torso's operations in
   bfloat16 (forward and gradients, eagerly and in a graph) to within
@@ -184,24 +190,44 @@ def bfloat16_probe(timeout_s: float = 120.) -> Optional[str]:
   Asks what TensorFlow does rather than what the CPU's flags say, so a CPU
   whose flags promise bfloat16 units but whose kernels misbehave is caught
   too. Costs one interpreter importing TensorFlow (a few seconds), once per
-  process.
+  process and not again in the processes it starts once it passed; a probe
+  that did not finish is not remembered (asked again next time).
   """
+  onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0')
+  if os.environ.get(BFLOAT16_PROBE_ENV) == onednn:
+    return None
+  if onednn not in _probe_results:
+    problem, conclusive = run_bfloat16_probe()
+    if not conclusive:
+      return problem
+    _probe_results[onednn] = problem
+    if problem is None:
+      os.environ[BFLOAT16_PROBE_ENV] = onednn
+  return _probe_results[onednn]
+
+
+def run_bfloat16_probe(timeout_s: float = 120.) -> Tuple[Optional[str], bool]:
+  """The probe itself, in a new interpreter: (what went wrong or None,
+  whether the answer is conclusive: False when the probe timed out)."""
   try:
     done = subprocess.run(
         [sys.executable, '-c', _PROBE], stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=timeout_s,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
   except subprocess.TimeoutExpired:
-    return f'the bfloat16 probe did not finish within {timeout_s:.0f} s'
+    return (f'the bfloat16 probe did not finish within {timeout_s:.0f} s '
+            '(a busy machine? try again)', False)
   if done.returncode != 0:
+    # A kernel that kills its process is a kernel that cannot run.
     how = (f'signal {-done.returncode}' if done.returncode < 0 else
            f'exit status {done.returncode}')
     last = (done.stderr.strip().splitlines() or [''])[-1]
-    return f'the bfloat16 probe died ({how}){": " + last if last else ""}'
+    return (f'the bfloat16 probe died ({how}){": " + last if last else ""}',
+            True)
   try:
-    return json.loads(done.stdout.strip().splitlines()[-1])['problem']
+    return json.loads(done.stdout.strip().splitlines()[-1])['problem'], True
   except (IndexError, KeyError, ValueError):
-    return f'the bfloat16 probe printed {done.stdout[-200:]!r}'
+    return f'the bfloat16 probe printed {done.stdout[-200:]!r}', True
 
 
 def resolve_torso_dtype(torso_dtype: str, network: str) -> str:

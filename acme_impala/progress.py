@@ -211,7 +211,9 @@ class Progress:
           f'{s["eval_return"]:.0f}' if s['eval_return'] is not None else '-'
           for s in statuses) + f' (agents 0-{len(statuses) - 1})')
     last = [s['timestamp'] for s in statuses if s['timestamp'] is not None]
-    idle = now - min(last) if last else 0.
+    # A restored run's log ends with the previous run's rows: idle since
+    # this launch at most.
+    idle = now - max(min(last), self._start) if last else 0.
     if idle >= STALL_S and done < self._max:
       why = table_status(tables, stalled=True)
       parts.append(f'no learner step for {format_duration(idle)}' +

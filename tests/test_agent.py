@@ -2,7 +2,7 @@
 (warm-up, then mixed batches) and with replay only.
 
 That the agent learns is tested on the program (tests/test_docs.py: the
-README's train command at 150k env steps, about 40 s); the single-process
+README's train command at 100k env steps, about 30 s); the single-process
 loop, about 2 minutes for 40k steps on the slower CPU kind, is measured by
 benchmarks/cartpole_single_process.py instead."""
 

@@ -371,3 +371,41 @@ def test_an_unavailable_server_reported_as_internal_error_is_an_outage():
                                      walks=True)
   with pytest.raises(tf.errors.InternalError, match='a real bug'):
     next(batches)
+
+
+def test_a_replay_that_stops_answering_is_checked_again_before_mixing():
+  """A replay read that times out (a replay server restarted from an older
+  or no checkpoint is below min_replay_size again) sends the batches back
+  to all-online rows until the replay is ready again, instead of waiting on
+  it while the queue fills; online rows stay exact across both switches."""
+  chunks = iter(tf.constant([[2 * i], [2 * i + 1]]) for i in range(10))
+  answers = iter([True, False, True])
+  replays = []
+
+  def make_replay():
+    # The first replay iterator gives one part, then times out; the next
+    # one keeps giving.
+    first = not replays
+    replays.append(1)
+    parts = [tf.constant([[-1], [-1]])] * (1 if first else 10)
+    return iter(parts)
+
+  batches = builder_lib.MixedBatches(
+      lambda: chunks, make_replay, num_online=2, num_replayed=2,
+      replay_ready=lambda: next(answers))
+  seen, kinds = [], []
+
+  def take(batch):
+    online = batch.online.numpy()
+    kinds.append(online.tolist())
+    seen.extend(batch.data.numpy()[online, 0].tolist())
+
+  take(next(batches))  # Ready: mixed.
+  with pytest.raises(StopIteration):
+    next(batches)  # The replay timed out; rows 2 and 3 are held.
+  take(next(batches))  # Not ready: all online.
+  take(next(batches))  # Ready again: mixed.
+  assert kinds == [[True, True, False, False], [True] * 4,
+                   [True, True, False, False]]
+  assert seen == list(range(8))
+  assert len(replays) == 2

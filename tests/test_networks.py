@@ -263,8 +263,15 @@ def test_bfloat16_probe_finds_a_tensorflow_without_the_kernels(monkeypatch):
   what went wrong rather than passing. Where bfloat16 runs, the same probe
   with oneDNN on passes (the bfloat16 tests below then run)."""
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '0')
-  problem = networks.bfloat16_probe.__wrapped__()
-  assert problem and 'bfloat16' in problem, problem
+  problem, conclusive = networks.run_bfloat16_probe()
+  assert conclusive and problem and 'bfloat16' in problem, problem
+  # What a passed probe tells the processes it starts is tied to the
+  # oneDNN setting it passed with.
+  monkeypatch.setenv(networks.BFLOAT16_PROBE_ENV, '1')
+  monkeypatch.setitem(networks._probe_results, '0', problem)  # pylint: disable=protected-access
+  assert networks.bfloat16_probe() == problem
+  monkeypatch.setenv(networks.BFLOAT16_PROBE_ENV, '0')
+  assert networks.bfloat16_probe() is None
 
 
 def test_bfloat16_torso_keeps_the_float32_variables_and_paths(bfloat16_runs):

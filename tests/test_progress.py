@@ -106,6 +106,11 @@ def test_a_waiting_learner_is_told_by_the_tables(tmp_path):
       ' | ' in tracker.line(now=1100.)
   _tables(logdir, queue=10, replay=120)
   assert ' | no learner step for 40s | ' in tracker.line(now=1100.)
+  # A restored run's log ends with the previous run's rows: idle since this
+  # launch at most, not since the old rows.
+  restored = progress.Progress(logdir, 360_000, start_time=1090.)
+  assert 'no learner step' not in restored.line(now=1100.)
+  assert ' | no learner step for 25s | ' in restored.line(now=1115.)
   assert 'before sampling' not in tracker.line(now=1061.)
 
 

@@ -359,3 +359,17 @@ def test_the_stop_line_says_why_in_the_users_words(tmp_path):
   lifecycle.clear_run_status(status)
   assert supervisor.stop_line(supervisor.SIGTERM, status) == (
       'SIGTERM received from outside the program')
+
+
+def test_a_new_run_forgets_the_last_runs_table_sizes(tmp_path):
+  from acme_impala import lifecycle  # pylint: disable=g-import-not-at-top
+  from acme_impala import progress  # pylint: disable=g-import-not-at-top
+  status = tmp_path / 'status'
+  status.mkdir()
+  (status / 'tables-replay.json').write_text(
+      '{"q": {"role": "queue", "unit": "trajectories", "size": 64, '
+      '"max_size": 64, "min_to_sample": 1}}')
+  assert progress.table_status(progress.read_tables(str(status))) == (
+      'queue full (64/64)')
+  lifecycle.clear_run_status(str(status))
+  assert progress.read_tables(str(status)) == []
