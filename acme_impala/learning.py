@@ -469,9 +469,10 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     # the totals (with the prefix 'learner_' of the learner's counter).
     rows = np.asarray(online, bool)
     num_online = int(rows.sum())
+    num_replayed = int(rows.size) - num_online
     counts = self._counter.increment(
         steps=1, walltime=elapsed, online_rows=num_online,
-        replayed_rows=int(rows.size) - num_online)
+        replayed_rows=num_replayed)
     metrics = {k: float(v) for k, v in metrics.items()}
     total = self._wait_time + self._busy_time
     # Only the counts this learner's rows are about: a fixed set of columns.
@@ -486,7 +487,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         self._config.batch_size)
     metrics['queue_wait_fraction'] = self._wait_time / total if total else 0.
     metrics['online_rows'] = num_online
-    metrics['replayed_rows'] = int(rows.size) - num_online
+    metrics['replayed_rows'] = num_replayed
     for key in ('online_rows', 'replayed_rows'):
       metrics[key + '_total'] = next(
           (v for k, v in counts.items() if k.endswith(key)), 0)

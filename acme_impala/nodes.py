@@ -115,16 +115,17 @@ class ReplayNode(lp.ReverbNode):
             for name, info in client.server_info().items()}
 
   @staticmethod
-  def _inserts(client: reverb.Client):
+  def _inserts(client: reverb.Client, server_info=None):
+    server_info = server_info or client.server_info()
     return {name: int(info.rate_limiter_info.insert_stats.completed)
-            for name, info in client.server_info().items()}
+            for name, info in server_info.items()}
 
-  def _write_tables(self, client: reverb.Client) -> None:
+  def _write_tables(self, server_info) -> None:
     """`<status_dir>/tables-<label>.json`: each table's role, size, capacity
     and the size sampling waits for, for the launcher's progress line
     (which reads files, not the server: progress.table_status)."""
     tables = {}
-    for name, info in client.server_info().items():
+    for name, info in server_info.items():
       role, unit = self._table_roles.get(name, (name, 'items'))
       tables[name] = dict(
           role=role, unit=unit, size=int(info.current_size),
@@ -193,8 +194,11 @@ class ReplayNode(lp.ReverbNode):
             at_checkpoint = self._inserts(client)
             client.checkpoint()
             last_checkpoint = time.time()
-          self._write_ledger(at_checkpoint, self._inserts(client))
-          self._write_tables(client)
+          # One server_info call a second serves the ledger and the sizes.
+          server_info = client.server_info()
+          self._write_ledger(at_checkpoint,
+                             self._inserts(client, server_info))
+          self._write_tables(server_info)
       finally:
         # Writers may still insert while the checkpoint is taken: the saved
         # sizes lie between the sizes read before and after it.
