@@ -17,9 +17,10 @@ RUN pip install -r requirements.txt \
  && pip install --no-deps -r requirements-nodeps.txt
 COPY acme_impala ./acme_impala
 COPY programs ./programs
+COPY configs ./configs
 RUN pip install --no-deps -e . \
- && python -c "import acme_impala.k8s.node"
+ && python -c "import acme_impala.launch.k8s.node"
 
-# Pods run `python -m acme_impala.k8s.node --group=... <program flags>`
+# Pods run `python -m acme_impala.launch.k8s.node --group=... <program flags>`
 # (the command comes from the rendered Job); nothing runs by default.
-CMD ["python", "-m", "acme_impala.k8s.node", "--help"]
+CMD ["python", "-m", "acme_impala.launch.k8s.node", "--help"]

@@ -25,33 +25,33 @@ _os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 # A node process started by exec from a quiet launcher (Launchpad's
 # process_entry, a Kubernetes pod) silences TensorFlow's and gym's start-up
-# noise before it imports them (quiet.py); importing acme_impala as a library
-# changes nothing.
+# noise before it imports them (host/quiet.py); importing acme_impala as a
+# library changes nothing.
 if _os.environ.get('ACME_IMPALA_QUIET') == '1':
-  from acme_impala import quiet as _quiet
+  from acme_impala.host import quiet as _quiet
   _quiet.silence()
 
 # The public API, imported on first use: `import acme_impala` stays cheap (a
 # program's --help does not pay for TensorFlow), and
 # `acme_impala.IMPALALearner` works as an attribute.
 _EXPORTS = {
-    'IMPALAConfig': 'config',
-    'ConfigError': 'config',
-    'get_config': 'configs',
-    'IMPALABuilder': 'builder',
-    'IMPALALearner': 'learning',
-    'IMPALAActor': 'acting',
-    'BatchedIMPALAActor': 'acting',
-    'TrajectoryAdder': 'adders',
-    'BatchedTrajectoryAdder': 'adders',
-    'IMPALA': 'agent',
-    'Batch': 'types',
-    'RunOptions': 'program',
-    'prepare_run': 'program',
-    'build_program': 'program',
-    'make_program': 'program',
-    'make_sweep_program': 'sweep',
-    'launch_and_wait': 'launch',
+    'IMPALAConfig': 'agent.config',
+    'ConfigError': 'agent.config',
+    'get_config': 'agent.presets',
+    'IMPALABuilder': 'agent.builder',
+    'IMPALALearner': 'agent.learning',
+    'IMPALAActor': 'agent.acting',
+    'BatchedIMPALAActor': 'agent.acting',
+    'TrajectoryAdder': 'agent.adders',
+    'BatchedTrajectoryAdder': 'agent.adders',
+    'IMPALA': 'agent.agent',
+    'Batch': 'agent.types',
+    'RunOptions': 'distributed.program',
+    'prepare_run': 'distributed.program',
+    'build_program': 'distributed.program',
+    'make_program': 'distributed.program',
+    'make_sweep_program': 'distributed.sweep',
+    'launch_and_wait': 'launch.local',
 }
 __all__ = sorted(_EXPORTS)
 

@@ -20,8 +20,8 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 
-from acme_impala import config_flags
-from acme_impala import configs
+from acme_impala.agent import presets
+from acme_impala.launch import config_flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # pylint: disable=g-import-not-at-top
 
@@ -33,7 +33,7 @@ FLAGS = flags.FLAGS
 
 # The single-process agent updates once per B*T environment steps; small
 # batches give it more updates per step (measured best of a few settings).
-# The README's recorded run: the cartpole config before its baseline and
+# The recorded run (docs/benchmarks.md#learning-the-single-process-agent): the cartpole config before its baseline and
 # entropy costs were tuned for the distributed program (now 0.1 and 0.003;
 # pass --config.baseline_cost=0.1 --config.entropy_cost=0.003 to use them).
 DEFAULTS = dict(batch_size=8, unroll_length=10, learning_rate=2e-3,
@@ -44,12 +44,12 @@ def run_seed(seed, overrides):
   import acme  # pylint: disable=g-import-not-at-top
   from acme import specs  # pylint: disable=g-import-not-at-top
   from acme.utils import loggers  # pylint: disable=g-import-not-at-top
-  from acme_impala import agent as agent_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import agent as agent_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import registry
 
-  config = configs.get_config('cartpole').replace(
+  config = presets.get_config('cartpole').replace(
       **{**DEFAULTS, **overrides, 'seed': seed})
-  env = environments.make_environment(config.env_id, seed=seed)
+  env = registry.make_environment(config.env_id, seed=seed)
   agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
                            logger=loggers.NoOpLogger())
   loop = acme.EnvironmentLoop(env, agent, logger=loggers.NoOpLogger())

@@ -125,9 +125,9 @@ def summarize(result):
   # The counter's final totals are not rolled back by a learner restart;
   # every learner step took num_online trajectories from the queue, and what
   # the queue still held at the end was never going to be learned from.
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import types  # pylint: disable=g-import-not-at-top
-  config = configs.get_config('cartpole')
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import types  # pylint: disable=g-import-not-at-top
+  config = presets.get_config('cartpole')
   totals = re.findall(r'counter: final counts (\{[^}]*\})', output)
   counts = ast.literal_eval(totals[-1]) if totals else {}
   ends = re.findall(r'sizes when it ended: (\{[^}]*\})', output)

@@ -64,7 +64,7 @@ flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
 flags.DEFINE_float('target', 195., 'Target mean return of training episodes '
                   '(over the trailing tenth of the run).')
 flags.DEFINE_float('kl_threshold', 0.5, 'LASER trust-region threshold b.')
-# The README's table was measured with the cartpole config as it was before
+# The table in docs/benchmarks.md was measured with the cartpole config as it was before
 # its baseline and entropy costs were tuned for the IMPALA program (0.1,
 # 0.003); these flags reproduce it. `--base_flags=` runs the current defaults.
 flags.DEFINE_list('base_flags',
@@ -245,7 +245,7 @@ def main(argv):
       logdir = tempfile.mkdtemp(prefix='laser_eff_')
       cmd = [sys.executable, os.path.join(_ROOT, 'programs', prog),
              '--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
-             # The README's LASER tables were measured with the cartpole
+             # The LASER tables of docs/benchmarks.md were measured with the cartpole
              # config's acting and learner sizes before issue 13's: 8
              # environments per actor, batch 8, lr 2e-3, queue 128.
              '--config.envs_per_actor=8', '--config.batch_size=8',

@@ -81,13 +81,13 @@ import reverb
 import tensorflow as tf
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
-from acme_impala import builder as builder_lib
-from acme_impala import config as config_lib
-from acme_impala import environments
-from acme_impala import hardware
-from acme_impala import learning
-from acme_impala import networks
-from acme_impala import types
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import learning
+from acme_impala.agent import networks
+from acme_impala.agent import types
+from acme_impala.envs import registry
+from acme_impala.host import hardware
 import provenance  # pylint: disable=g-import-not-at-top
 # pylint: enable=g-import-not-at-top
 
@@ -132,7 +132,7 @@ def _make_network(config, spec):
 
 def _make_batch(config):
   """One [B, T+1] ReplaySample read from a Reverb queue our actor filled."""
-  env = environments.make_environment(config.env_id, seed=config.seed)
+  env = registry.make_environment(config.env_id, seed=config.seed)
   spec = specs.make_environment_spec(env)
   net = _make_network(config, spec)
   builder = builder_lib.IMPALABuilder(config, spec)
@@ -409,7 +409,7 @@ def _replay_child(env_id: str, mode: str) -> dict:
       env_id=env_id, network='mlp_lstm', lstm_size=64,
       replay_fraction=0.875, replay_capacity=100_000, min_replay_size=10,
       max_queue_size=100_000, replay_core_state=mode, kl_threshold=0.5))
-  env = environments.make_environment(env_id, seed=_SEED)
+  env = registry.make_environment(env_id, seed=_SEED)
   spec = specs.make_environment_spec(env)
   builder = builder_lib.IMPALABuilder(config, spec)
   server = reverb.Server(builder.make_replay_tables(), port=None)

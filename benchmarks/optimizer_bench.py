@@ -26,9 +26,9 @@ import numpy as np
 import sonnet as snt
 import tensorflow as tf
 
-from acme_impala import config as config_lib
-from acme_impala import environments
-from acme_impala import networks
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import networks
+from acme_impala.envs import registry
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # pylint: disable=g-import-not-at-top
 
@@ -63,7 +63,7 @@ def main():
   print('|---|---:|---:|---:|---:|')
   for label, overrides in _NETWORKS:
     config = config_lib.IMPALAConfig(**overrides)
-    env = environments.make_environment(config.env_id, seed=0)
+    env = registry.make_environment(config.env_id, seed=0)
     spec = specs.make_environment_spec(env)
     net = networks.make_network(config, spec.actions.num_values)
     tf2_utils.create_variables(net, [spec.observations])

@@ -18,7 +18,7 @@ the LSTM state as numpy arrays, the logits read back as numpy), four ways:
     the weights, run by `Session.make_callable` (the lowest per-call cost
     TensorFlow 2.8 offers without XLA, and no per-call leak; measured, not
     adopted: the copy would have to follow every change of the network's
-    weights, see the README's "Policy step").
+    weights, see docs/benchmarks.md#policy-step).
 
 The four are checked to give the same logits first. Repeats are
 interleaved (the order rotated each round) and the median reported.
@@ -41,10 +41,10 @@ import numpy as np
 import tensorflow as tf
 import tree
 
-from acme_impala import acting
-from acme_impala import configs
-from acme_impala import environments
-from acme_impala import networks
+from acme_impala.agent import acting
+from acme_impala.agent import networks
+from acme_impala.agent import presets
+from acme_impala.envs import registry
 
 import provenance  # benchmarks/ is on sys.path as the script's directory.
 
@@ -120,8 +120,8 @@ def main():
         '| session (ms) | tf.data vs xla | session vs tf.data |')
   print('|---|---:|---:|---:|---:|---:|---:|---:|')
   for name, config_name, overrides, ks in _CASES:
-    config = configs.get_config(config_name).replace(**overrides)
-    spec = environments.environment_spec(config.env_id)
+    config = presets.get_config(config_name).replace(**overrides)
+    spec = registry.environment_spec(config.env_id)
     network = networks.make_network(config, spec.actions.num_values)
     for k in ks:
       inputs = _inputs(spec, k, rng)

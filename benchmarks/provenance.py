@@ -2,8 +2,8 @@
 CPU it ran on (figures differ several-fold between the CPU kinds of these
 machines: Intel with AMX, AMD without AVX-512)."""
 
-from acme_impala import hardware
-from acme_impala import run_record
+from acme_impala.distributed import run_record
+from acme_impala.host import hardware
 
 
 def git_commit() -> str:

@@ -38,12 +38,12 @@ FLAGS = flags.FLAGS
 
 
 def _builder(config_name):
-  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  config = configs.get_config(config_name)
+  from acme_impala.agent import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import registry
+  config = presets.get_config(config_name)
   return builder_lib.IMPALABuilder(
-      config, environments.environment_spec(config.env_id))
+      config, registry.environment_spec(config.env_id))
 
 
 def _random_window(signature):

@@ -53,8 +53,8 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 import acme_impala  # pylint: disable=unused-import  # Sets TF2_BEHAVIOR first.
-from acme_impala import configs
-from acme_impala import hardware
+from acme_impala.agent import presets
+from acme_impala.host import hardware
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # pylint: disable=g-import-not-at-top
@@ -103,13 +103,13 @@ def _engines(config):
 
 
 def _env_id():
-  return FLAGS.env or configs.get_config(FLAGS.config).env_id
+  return FLAGS.env or presets.get_config(FLAGS.config).env_id
 
 
 def _config_for(env_id):
   """The named config, or the atari one for an Atari id (its network)."""
   name = 'atari' if env_id.startswith('ALE/') else FLAGS.config
-  return configs.get_config(name).replace(env_id=env_id)
+  return presets.get_config(name).replace(env_id=env_id)
 
 
 def _probe(engine, env_id, k, mode):
@@ -122,18 +122,19 @@ def _probe(engine, env_id, k, mode):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import reverb  # pylint: disable=g-import-not-at-top
   from acme.utils import loggers  # pylint: disable=g-import-not-at-top
-  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  from acme_impala import loops  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import loops  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import batched
+  from acme_impala.envs import registry
 
   if engine == _ALE_VECTOR:  # Engine alone only: no actor runs on it.
     env = _ale_vector_env(env_id, k)
   elif mode != 'overlap':
-    env = environments.make_batched_environment(
+    env = batched.make_batched_environment(
         env_id, seeds=range(k), engine=engine, num_threads=FLAGS.env_threads)
   if mode == 'env':
     rng = np.random.default_rng(0)
-    num_actions = environments.environment_spec(env_id).actions.num_values
+    num_actions = registry.environment_spec(env_id).actions.num_values
     env.reset()
 
     def run(seconds):
@@ -146,7 +147,7 @@ def _probe(engine, env_id, k, mode):
     config = _config_for(env_id).replace(
         envs_per_actor=k, env_engine=engine, env_threads=FLAGS.env_threads)
     builder = builder_lib.IMPALABuilder(
-        config, environments.environment_spec(env_id))
+        config, registry.environment_spec(env_id))
     drain = FLAGS.actor_sink == 'drain'
     server = reverb.Server(builder.make_replay_tables() if drain else [
         reverb.Table(
@@ -195,14 +196,14 @@ def _ale_game(env_id):
 
 def _ale_vector_env(env_id, k):
   """ale-py's AtariVectorEnv of K games of `env_id`, with the Table G.1
-  settings `environments.envpool_settings` gives EnvPool and EnvPool's
+  settings `batched.envpool_settings` gives EnvPool and EnvPool's
   thread count, so the two engines-alone rows differ only in the engine."""
   from ale_py import vector_env  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  s = environments.envpool_settings(env_id)
+  from acme_impala.envs import batched
+  s = batched.envpool_settings(env_id)
   return vector_env.AtariVectorEnv(
       _ale_game(env_id), k,
-      num_threads=environments.envpool_num_threads(k, FLAGS.env_threads),
+      num_threads=batched.envpool_num_threads(k, FLAGS.env_threads),
       frameskip=s['frame_skip'], img_height=s['img_height'],
       img_width=s['img_width'], stack_num=s['stack_num'],
       grayscale=s['gray_scale'], noop_max=s['noop_max'],
@@ -220,11 +221,11 @@ def _overlapped_actors(builder, client, env_id, k):
   while one half's EnvPool steps (its own threads), the other half's actor
   records its step and calls the policy. Items are those of the serial
   actor's K streams (each half's adder keeps its own K/2)."""
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  from acme_impala import loops  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import loops  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import batched
   half = k // 2  # main() refused odd K before any process started.
   network = builder.make_network()
-  envs = [environments.EnvPoolBatch(env_id, half, seed=i * half,
+  envs = [batched.EnvPoolBatch(env_id, half, seed=i * half,
                                     num_threads=FLAGS.env_threads)
           for i in range(2)]
   actors = [builder.make_actor(network,
@@ -286,7 +287,6 @@ def _actor_table():
       print(f'engine-only: {_ALE_VECTOR} {env_id} x {k}...', flush=True)
       ale[(env_id, int(k))] = _probe_in_subprocess(
           _ALE_VECTOR, env_id, int(k), 'env')['env_sps']
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
   cores = hardware.usable_cores()  # What EnvPool's thread default uses.
   print(f'\nthroughput.py at {provenance.stamp()}: one process '
         f'each, {FLAGS.actor_seconds:.0f} s after a warm-up; TensorFlow CPU, '
@@ -370,11 +370,11 @@ def _acme_run(seconds):
   from acme import specs  # pylint: disable=g-import-not-at-top
   from acme.agents.tf import impala as acme_impala_agent  # pylint: disable=g-import-not-at-top
   from acme.utils import loggers  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  from acme_impala import networks  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import networks  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import registry
 
-  config = configs.get_config(FLAGS.config).replace(env_id=_env_id())
-  env = environments.make_environment(config.env_id, seed=0)
+  config = presets.get_config(FLAGS.config).replace(env_id=_env_id())
+  env = registry.make_environment(config.env_id, seed=0)
   spec = specs.make_environment_spec(env)
   net = networks.make_network(config, spec.actions.num_values)
   agent = acme_impala_agent.IMPALA(
@@ -414,8 +414,8 @@ def main(argv):
       raise app.UsageError('--actor_overlap needs --actor_rows with even K '
                            f'(two halves); got {FLAGS.actor_rows}.')
   if FLAGS.ale_vector:
-    from acme_impala import environments  # pylint: disable=g-import-not-at-top
-    atari = set(environments.known_environment_ids())
+    from acme_impala.envs import registry
+    atari = set(registry.known_environment_ids())
     bad = [r for r in FLAGS.actor_rows
            if not (r.startswith('ALE/') and r.rsplit(':', 1)[0] in atari)]
     if not FLAGS.actor_rows or bad:
@@ -440,7 +440,7 @@ def main(argv):
     print(f'Acme 0.4.0 single-process IMPALA on {_env_id()} '
           f'({FLAGS.acme_seconds:.0f} s)...', flush=True)
     acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
-  cfg = configs.get_config(FLAGS.config)
+  cfg = presets.get_config(FLAGS.config)
   rows = []
   for num_actors, k in settings:
     for engine in _engines(cfg):

@@ -1,4 +1,4 @@
-"""Side-by-side timing of trfl's V-trace and acme_impala.vtrace.
+"""Side-by-side timing of trfl's V-trace and acme_impala.agent.vtrace.
 
 Run as `python benchmarks/vtrace_bench.py`. For each shape it times
 
@@ -30,7 +30,7 @@ import tensorflow as tf
 import trfl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
-from acme_impala import vtrace
+from acme_impala.agent import vtrace
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # pylint: disable=g-import-not-at-top
 # pylint: enable=g-import-not-at-top

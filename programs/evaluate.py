@@ -14,7 +14,7 @@ episode's return and length, then the mean ± std of the returns.
 --video records the first episode from the environment's RGB frames into an
 MP4 file with OpenCV (Atari renders with ale-py, classic control with
 pygame). --export writes the policy as a
-TensorFlow SavedModel (acme_impala/export.py). Bad flags exit with status 2
+TensorFlow SavedModel (acme_impala/agent/export.py). Bad flags exit with status 2
 and one line naming the bad value, before TensorFlow is imported where the
 check allows it.
 """
@@ -22,7 +22,7 @@ check allows it.
 import os
 import sys
 
-from acme_impala import quiet
+from acme_impala.host import quiet
 quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
 
 import acme
@@ -34,7 +34,7 @@ import cv2
 import gymnasium
 import numpy as np
 
-from acme_impala import run_record
+from acme_impala.distributed import run_record
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('logdir', None,
@@ -186,7 +186,7 @@ def _frame_count(path: str) -> int:
 
 def evaluate(config) -> int:
   """Finds the checkpoint, makes the environment, plays; the exit status."""
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import registry
 
   # A sweep's agents checkpoint under checkpoints/agent_<i>/ (RunOptions).
   sweep = len(run_record.read_record(FLAGS.logdir)['configs']) > 1
@@ -196,7 +196,7 @@ def evaluate(config) -> int:
   path = _latest_checkpoint(checkpoint_dir)
   env_seed, policy_seed = (
       int(s) for s in np.random.SeedSequence(FLAGS.seed).generate_state(2))
-  environment = environments.make_environment(
+  environment = registry.make_environment(
       config.env_id, seed=env_seed, evaluation=True,
       render_mode='rgb_array' if FLAGS.video else None)
   try:
@@ -211,11 +211,12 @@ def _play(config, path: str, environment, policy_seed: int) -> int:
   """Restores the network from `path`, plays the episodes, reports, exports;
   returns the exit status."""
   # Imported here: they import TensorFlow, which bad flags need not wait for.
-  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  from acme_impala import export  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import export  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import atari
+  from acme_impala.envs import registry
 
-  spec = environments.environment_spec(config.env_id)
+  spec = registry.environment_spec(config.env_id)
   builder = builder_lib.IMPALABuilder(config, spec)
   network = builder.make_network()
   step = _restore(network, path)
@@ -238,7 +239,7 @@ def _play(config, path: str, environment, policy_seed: int) -> int:
     if config.env_id.startswith('ALE/'):
       # One frame per agent step, which repeats its action on 4 emulator
       # frames: real-time playback.
-      fps /= environments.ATARI_FRAME_SKIP
+      fps /= atari.ATARI_FRAME_SKIP
     video = VideoObserver(FLAGS.video, fps)
   returns, lengths = [], []
   for episode in range(FLAGS.episodes):

@@ -24,10 +24,10 @@ import time
 from absl import app
 from absl import flags
 
-from acme_impala import config_flags
-from acme_impala import program_flags
-from acme_impala.k8s import manifests
-from acme_impala.k8s import naming
+from acme_impala.launch import config_flags
+from acme_impala.launch import program_flags
+from acme_impala.launch.k8s import manifests
+from acme_impala.launch.k8s import naming
 
 SUBCOMMANDS = ('render', 'apply', 'status', 'stop')
 FLAGS = flags.FLAGS
@@ -68,8 +68,8 @@ def _load_resources():
 
 def render_objects(overrides):
   """The run's objects from the flags; exits 2 naming a bad value."""
-  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import running  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.launch import node_runner  # pylint: disable=g-import-not-at-top
   try:
     naming.validate_run_name(FLAGS.run_name)
     logdir = FLAGS.logdir or f'{manifests.MOUNT_PATH}/{FLAGS.run_name}'
@@ -80,7 +80,7 @@ def render_objects(overrides):
     if not naming.is_dns_label(attempt):
       raise ValueError(f'--attempt={attempt!r}: expected a DNS label.')
     run = program_flags.prepare(overrides, logdir, launcher=False)
-    sizes = running.group_sizes(program_lib.build_program(run))
+    sizes = node_runner.group_sizes(program_lib.build_program(run))
     objects = manifests.render(
         FLAGS.run_name, FLAGS.image, FLAGS.namespace, sizes,
         program_flags.forward(overrides, logdir), _load_resources(), attempt,

@@ -4,10 +4,10 @@
   python programs/plot.py runs/s0 runs/s1 runs/s2 --labels=s0,s1,s2 \\
       --output=seeds.png
 
-One LOGDIR: that run's figure (`curves.write_run_curves`: every evaluation
+One LOGDIR: that run's figure (`plots.write_run_curves`: every evaluation
 episode, each learner row, a line per agent of a sweep). Several: one figure
 with each run's curves and their mean and min-max band over the env steps
-every run reached (`curves.plot_runs`; agents of sweeps grouped by index).
+every run reached (`plots.plot_runs`; agents of sweeps grouped by index).
 Either way the PNG goes to --output (default ./curves.png, never into a
 run's directory unasked) and its path is printed. A LOGDIR that is missing or
 has nothing to plot: one line on stderr naming it, exit status 2.
@@ -18,7 +18,7 @@ import sys
 from absl import app
 from absl import flags
 
-from acme_impala import curves
+from acme_impala.launch import plots
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output', 'curves.png', 'The PNG to write.')
@@ -37,9 +37,9 @@ def main(argv):
       raise ValueError(f'--labels has {len(FLAGS.labels)} labels for '
                        f'{len(logdirs)} LOGDIRs.')
     if len(logdirs) == 1:
-      path = curves.write_run_curves(logdirs[0], FLAGS.output)
+      path = plots.write_run_curves(logdirs[0], FLAGS.output)
     else:
-      path = curves.plot_runs(logdirs, FLAGS.output, FLAGS.labels)
+      path = plots.plot_runs(logdirs, FLAGS.output, FLAGS.labels)
   except ValueError as error:
     print(f'plot: error: {error}', file=sys.stderr)
     return 2

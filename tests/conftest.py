@@ -20,7 +20,7 @@ def bfloat16_runs():
   """Skips a test of the bfloat16 torso where this CPU cannot run it, with
   the refusal a user would get (networks.validate_torso_dtype, whose probe
   asks TensorFlow itself); the refusal is tested on every CPU."""
-  from acme_impala import networks  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import networks  # pylint: disable=g-import-not-at-top
   try:
     networks.validate_torso_dtype('bfloat16')
   except ValueError as error:

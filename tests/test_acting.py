@@ -8,18 +8,18 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from acme_impala import acting
-from acme_impala import builder as builder_lib
-from acme_impala import config as config_lib
-from acme_impala import environments
-from acme_impala import networks
-from acme_impala import types
+from acme_impala.agent import acting
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import networks
+from acme_impala.agent import types
+from acme_impala.envs import registry
 
 T = 5  # unroll length of these tests
 
 
 def _setup(config, seed=0):
-  env = environments.make_environment(config.env_id, seed=seed)
+  env = registry.make_environment(config.env_id, seed=seed)
   spec = specs.make_environment_spec(env)
   tf.random.set_seed(seed)
   net = networks.make_network(config, spec.actions.num_values)

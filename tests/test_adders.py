@@ -14,9 +14,9 @@ import reverb
 import tensorflow as tf
 import tree
 
-from acme_impala import adders
-from acme_impala import compat
-from acme_impala import types as impala_types
+from acme_impala.agent import adders
+from acme_impala.agent import compat
+from acme_impala.envs import adapter
 
 OBS_DIM, NUM_ACTIONS, STATE = 3, 2, 4
 
@@ -196,7 +196,7 @@ def test_batched_adder_equals_k_acme_adders(length, period, restart):
       theirs[i].add(actions[i], nexts[i],
                     _row(extras, i))
     # The batched adder builds its steps from the same arguments.
-    ours.add(actions, impala_types.stack_timesteps(nexts), extras)
+    ours.add(actions, adapter.stack_timesteps(nexts), extras)
     for i in range(k):
       if restart == 'immediate' and nexts[i].last():
         nexts[i] = dm_env.restart(obs(i))
@@ -296,7 +296,7 @@ def test_episode_items_hold_each_episode_from_its_first_window():
       else:
         nexts.append(dm_env.transition(np.float32(1.), obs(i),
                                        np.float32(1.)))
-    ours.add(np.zeros(k, np.int32), impala_types.stack_timesteps(nexts),
+    ours.add(np.zeros(k, np.int32), adapter.stack_timesteps(nexts),
              extras)
     for i in [i for i in range(k) if nexts[i].last()]:
       starts[i] = int(counts[i])

@@ -12,9 +12,9 @@ from acme.utils import counting
 from acme.utils import loggers
 import numpy as np
 
-from acme_impala import agent as agent_lib
-from acme_impala import environments
-from acme_impala import configs
+from acme_impala.agent import agent as agent_lib
+from acme_impala.agent import presets
+from acme_impala.envs import registry
 
 
 def test_single_process_agent_learns_from_laser_replay():
@@ -22,11 +22,11 @@ def test_single_process_agent_learns_from_laser_replay():
   it: 1 online + 7 replayed rows per batch, trust region, shared tables."""
   # Batches of 8 (the cartpole config's before issue 13): 1 online row per
   # batch, which the counts below assume.
-  config = configs.get_config('cartpole').replace(
+  config = presets.get_config('cartpole').replace(
       replay_fraction=0.875, kl_threshold=0.5, entropy_on_online_only=True,
       min_replay_size=16, replay_capacity=2000, seed=0, batch_size=8,
       learning_rate=2e-3)
-  env = environments.make_environment(config.env_id, seed=0)
+  env = registry.make_environment(config.env_id, seed=0)
   rows = loggers.InMemoryLogger()
   agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
                            logger=rows)
@@ -74,10 +74,10 @@ def test_single_process_agent_replay_only_learns_at_the_rate_data_arrives():
   """f = 1 has no queue: one learner step per num_replayed * unroll_length
   new environment steps (the rate at which new data enters the replay)."""
   # Batches of 8: enough learner steps in this budget to check the rate.
-  config = configs.get_config('cartpole').replace(
+  config = presets.get_config('cartpole').replace(
       replay_fraction=1.0, min_replay_size=8, replay_capacity=1000, seed=0,
       batch_size=8)
-  env = environments.make_environment(config.env_id, seed=0)
+  env = registry.make_environment(config.env_id, seed=0)
   agent = agent_lib.IMPALA(specs.make_environment_spec(env), config,
                            logger=loggers.NoOpLogger())
   counter = counting.Counter()

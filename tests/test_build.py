@@ -1,6 +1,7 @@
 """BUILD stays in step with the files: every module, test, program and
 benchmark has a target, every listed source exists, and each target's
-`deps` are exactly the project modules its sources import."""
+`deps` are exactly the project modules its sources import. The package's
+wings import only downwards (host < envs < agent < distributed < launch)."""
 
 import ast
 import glob
@@ -20,7 +21,7 @@ def _targets():
   targets = {}
   for rule in re.finditer(r'py_\w+\((.*?)\)\n', _text(), re.S):
     body = rule.group(1)
-    name = re.search(r'name = "([\w]+)"', body).group(1)
+    name = re.search(r'name = "([\w/]+)"', body).group(1)
 
     def listed(attr, body=body):
       found = re.search(attr + r' = \[(.*?)\]', body, re.S)
@@ -30,16 +31,31 @@ def _targets():
 
 
 def _module_target(path):
-  """The BUILD target of a project source file (None for others)."""
+  """The BUILD target of a project source file (None for others): a wing's
+  module is `<wing>/<module>`, a wing itself (its __init__) `<wing>`, the
+  Kubernetes package one target `launch/k8s`, the presets `configs`."""
   if path == 'acme_impala/__init__.py':
     return 'acme_impala'
-  if path.startswith('acme_impala/configs/'):
+  if path.startswith('configs/'):
     return 'configs'
-  if path.startswith('acme_impala/k8s/'):
-    return 'k8s'
-  if path.startswith(('acme_impala/', 'tests/')):
+  if path.startswith('acme_impala/launch/k8s/'):
+    return 'launch/k8s'
+  if path.startswith('acme_impala/'):
+    parts = path[len('acme_impala/'):-3].split('/')
+    return parts[0] if parts[-1] == '__init__' else '/'.join(parts)
+  if path.startswith('tests/'):
     return os.path.basename(path)[:-3]
   return None
+
+
+def _module_name_target(module):
+  """The target of an imported module name (`acme_impala.agent.config`)."""
+  parts = module.split('.')
+  if parts[0] != 'acme_impala' or len(parts) < 3:
+    return None  # `import acme_impala` (lazy exports) or a wing itself.
+  if parts[1:3] == ['launch', 'k8s']:
+    return 'launch/k8s'
+  return '/'.join(parts[1:3])
 
 
 def _imported_targets(path):
@@ -50,17 +66,20 @@ def _imported_targets(path):
   for node in ast.walk(tree):
     names = []
     if isinstance(node, ast.ImportFrom) and node.module:
-      if node.module == 'acme_impala':
-        names = [f'acme_impala.{a.name}' for a in node.names]
-      elif node.module.startswith('acme_impala.'):
-        names = [node.module]
+      if node.module.startswith('acme_impala'):
+        # `from acme_impala.agent import config`: the module is a name; from
+        # `acme_impala.agent.config import X`, the module itself.
+        names = [f'{node.module}.{a.name}' for a in node.names]
+        names = [n if _module_name_target(n) and os.path.exists(os.path.join(
+            ROOT, n.replace('.', '/') + '.py')) else node.module
+                 for n in names]
     elif isinstance(node, ast.Import):
       names = [a.name for a in node.names]
     for name in names:
-      parts = name.split('.')
-      if parts[0] == 'acme_impala' and len(parts) > 1:
-        found.add(parts[1])  # A package (configs, k8s) is one target.
-      elif len(parts) == 1 and os.path.exists(
+      target = _module_name_target(name)
+      if target is not None:
+        found.add(target)
+      elif len(name.split('.')) == 1 and os.path.exists(
           os.path.join(ROOT, os.path.dirname(path), name + '.py')
       ) and name != 'conftest':
         found.add(name)  # A helper module beside its importer (tests/,
@@ -77,9 +96,7 @@ def test_every_listed_source_exists():
 
 def test_every_file_has_a_target():
   listed = set(re.findall(r'"([\w/]+\.py)"', _text()))
-  files = (glob.glob('acme_impala/*.py', root_dir=ROOT) +
-           glob.glob('acme_impala/configs/*.py', root_dir=ROOT) +
-           glob.glob('acme_impala/k8s/*.py', root_dir=ROOT) +
+  files = (_package_sources() + glob.glob('configs/*.py', root_dir=ROOT) +
            glob.glob('programs/*.py', root_dir=ROOT) +
            glob.glob('benchmarks/*.py', root_dir=ROOT) +
            glob.glob('tests/*.py', root_dir=ROOT))
@@ -99,7 +116,7 @@ def test_deps_are_the_imports():
     imported = set()
     for src in srcs:
       imported |= _imported_targets(src)
-    # A package's own modules (configs/*, k8s/*) import each other freely.
+    # A package's own modules (k8s/*) import each other freely.
     imported.discard(name)
     expected = sorted(f':{t}' for t in imported)
     if sorted(deps) != expected:
@@ -118,9 +135,8 @@ def test_module_targets_are_named_after_their_module():
 
 
 def _package_sources():
-  return sorted(glob.glob('acme_impala/*.py', root_dir=ROOT) +
-                glob.glob('acme_impala/configs/*.py', root_dir=ROOT) +
-                glob.glob('acme_impala/k8s/*.py', root_dir=ROOT))
+  return sorted(glob.glob('acme_impala/**/*.py', root_dir=ROOT,
+                          recursive=True))
 
 
 def _parse(path):
@@ -133,11 +149,11 @@ NAMEDTUPLE_API = ('_fields', '_replace', '_asdict', '_make')
 
 
 def test_no_module_reaches_into_private_attributes():
-  """Only compat.py (the Acme/Sonnet workarounds) may read `x._name` of an
-  object that is not the module's own `self`/`cls`."""
+  """Only agent/compat.py (the Acme/Sonnet workarounds) may read `x._name`
+  of an object that is not the module's own `self`/`cls`."""
   found = []
   for path in _package_sources():
-    if path == 'acme_impala/compat.py':
+    if path == 'acme_impala/agent/compat.py':
       continue
     for node in ast.walk(_parse(path)):
       if (isinstance(node, ast.Attribute) and node.attr.startswith('_') and
@@ -150,11 +166,11 @@ def test_no_module_reaches_into_private_attributes():
 
 
 def test_only_the_builder_makes_tables_and_names_them():
-  """Reverb tables, table names and datasets appear in builder.py only
-  (types.py holds the names)."""
+  """Reverb tables, table names and datasets appear in agent/builder.py
+  only (agent/types.py holds the names)."""
   found = []
   for path in _package_sources():
-    if path in ('acme_impala/builder.py', 'acme_impala/types.py'):
+    if path in ('acme_impala/agent/builder.py', 'acme_impala/agent/types.py'):
       continue
     for node in ast.walk(_parse(path)):
       if isinstance(node, ast.Attribute) and (
@@ -164,11 +180,43 @@ def test_only_the_builder_makes_tables_and_names_them():
   assert not found, found
 
 
-def test_readme_layout_lists_every_module():
-  with open(os.path.join(ROOT, 'README.md')) as f:
-    readme = f.read()
-  layout = readme[readme.index('## Layout'):]
-  layout = layout[:layout.index('\n## ', 1)]
-  missing = [path for path in glob.glob('acme_impala/*.py', root_dir=ROOT)
-             if not path.endswith('__init__.py') and f'`{path}`' not in layout]
-  assert not missing, f'README layout table lacks {sorted(missing)}'
+# The wings, lowest first: a module may import its own wing and those below.
+WINGS = ('host', 'envs', 'agent', 'distributed', 'launch')
+
+
+def _wing(target):
+  return target.split('/')[0]
+
+
+def test_wings_import_only_downwards():
+  """host < envs < agent < distributed < launch: the agent knows no
+  Launchpad node or process, the environments no agent, and so on."""
+  upward = []
+  for path in _package_sources():
+    if path == 'acme_impala/__init__.py':
+      continue
+    here = WINGS.index(_wing(_module_target(path)))
+    for target in _imported_targets(path):
+      if WINGS.index(_wing(target)) > here:
+        upward.append(f'{path} imports {target}')
+  assert not upward, upward
+  for path in glob.glob('configs/*.py', root_dir=ROOT):
+    assert {_wing(t) for t in _imported_targets(path)} <= {'agent'}, path
+
+
+def test_agent_and_envs_import_no_launchpad():
+  """What IMPALA is (agent/), the environments (envs/) and the host facts
+  (host/) work in any process, in any Acme agent: none imports Launchpad."""
+  found = []
+  for path in _package_sources():
+    if not path.startswith(('acme_impala/agent/', 'acme_impala/envs/',
+                            'acme_impala/host/')):
+      continue
+    for node in ast.walk(_parse(path)):
+      names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+               else [node.module or ''] if isinstance(node, ast.ImportFrom)
+               else [])
+      for name in names:
+        if name.split('.')[0] == 'launchpad':
+          found.append(f'{path}: {name}')
+  assert not found, found

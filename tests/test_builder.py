@@ -17,10 +17,11 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from acme_impala import builder as builder_lib
-from acme_impala import config as config_lib
-from acme_impala import environments
-from acme_impala import types
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import datasets
+from acme_impala.agent import types
+from acme_impala.envs import registry
 
 T = 5
 
@@ -32,7 +33,7 @@ def _setup(replay_fraction, batch_size=8, min_replay_size=4,
       replay_fraction=replay_fraction, replay_capacity=1000,
       min_replay_size=min_replay_size, max_queue_size=1000,
       replay_core_state=core_state)
-  env = environments.make_environment(config.env_id, seed=0)
+  env = registry.make_environment(config.env_id, seed=0)
   builder = builder_lib.IMPALABuilder(config, specs.make_environment_spec(env))
   server = reverb.Server(builder.make_replay_tables(), port=None)
   return config, env, builder, server
@@ -283,9 +284,11 @@ import json
 import sys
 from acme import specs
 import reverb
-from acme_impala import builder, config, environments
+from acme_impala.agent import builder
+from acme_impala.agent import config
+from acme_impala.envs import registry
 cfg = config.IMPALAConfig(**json.loads(sys.argv[1]))
-env = environments.make_environment(cfg.env_id, seed=0)
+env = registry.make_environment(cfg.env_id, seed=0)
 tables = builder.IMPALABuilder(
     cfg, specs.make_environment_spec(env)).make_replay_tables()
 server = reverb.Server(tables, port=int(sys.argv[2]))
@@ -307,7 +310,7 @@ def test_recompute_rows_wait_out_a_replay_server_outage():
       unroll_length=T, batch_size=4, lstm_size=8, replay_fraction=1.0,
       replay_capacity=1000, min_replay_size=2, replay_core_state='recompute')
   config = config_lib.IMPALAConfig(**settings)
-  env = environments.make_environment(config.env_id, seed=0)
+  env = registry.make_environment(config.env_id, seed=0)
   builder = builder_lib.IMPALABuilder(config, specs.make_environment_spec(env))
   port = portpicker.pick_unused_port()
   address = f'localhost:{port}'
@@ -363,11 +366,11 @@ def test_an_unavailable_server_reported_as_internal_error_is_an_outage():
               'originally returned UnavailableError, and was replaced by '
               'InternalError to avoid invoking TF network error handling '
               'logic. [Op:MakeIterator]')
-  batches = builder_lib.MixedBatches(None, failing(replaced), 0, 4,
+  batches = datasets.MixedBatches(None, failing(replaced), 0, 4,
                                      max_backoff_s=0.01, walks=True)
   with pytest.raises(StopIteration):
     next(batches)
-  batches = builder_lib.MixedBatches(None, failing('a real bug'), 0, 4,
+  batches = datasets.MixedBatches(None, failing('a real bug'), 0, 4,
                                      walks=True)
   with pytest.raises(tf.errors.InternalError, match='a real bug'):
     next(batches)
@@ -390,7 +393,7 @@ def test_a_replay_that_stops_answering_is_checked_again_before_mixing():
     parts = [tf.constant([[-1], [-1]])] * (1 if first else 10)
     return iter(parts)
 
-  batches = builder_lib.MixedBatches(
+  batches = datasets.MixedBatches(
       lambda: chunks, make_replay, num_online=2, num_replayed=2,
       replay_ready=lambda: next(answers))
   seen, kinds = [], []

@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from acme_impala import configs
-from acme_impala import config as config_lib
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import presets
 
 
 def test_defaults_and_named_configs_are_valid():
   config_lib.IMPALAConfig()
-  cartpole = configs.get_config('cartpole')
-  atari = configs.get_config('atari')
+  cartpole = presets.get_config('cartpole')
+  atari = presets.get_config('atari')
   assert cartpole.env_id == 'CartPole-v1'
   # Table G.1 of the IMPALA paper.
   assert atari.unroll_length == 20 and atari.batch_size == 32
@@ -86,7 +86,7 @@ def test_replace_validates_and_rejects_unknown_fields():
 
 def test_unknown_named_config():
   with pytest.raises(config_lib.ConfigError, match="'pong'.*cartpole"):
-    configs.get_config('pong')
+    presets.get_config('pong')
 
 
 def test_learner_steps_for_counts_online_rows_only():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from acme_impala import config_flags
+from acme_impala.launch import config_flags
 
 
 def test_split_and_parse_typed_overrides():

@@ -6,11 +6,18 @@ tests map each row onto IMPALAConfig fields. Nothing here is read from the
 code under test.
 """
 
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
 import pytest
 
-from acme_impala import config as config_lib
-from acme_impala import configs
-from acme_impala import environments
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import presets
+from acme_impala.envs import atari as atari_env
 
 # Table G.1, in the order of the paper. The population-based-training rows
 # (multi-task agent only) are left out: there is no PBT here.
@@ -58,7 +65,7 @@ TABLE_G1_FIELDS = [
 
 @pytest.fixture(scope='module')
 def atari():
-  return configs.get_config('atari')
+  return presets.get_config('atari')
 
 
 def test_atari_config_is_a_valid_impala_config(atari):
@@ -115,12 +122,12 @@ def test_atari_optimiser_values_outside_table_g1(atari):
 
 
 def test_atari_preprocessing_constants_match_table_g1():
-  # The frame rows of Table G.1 are not config fields; environments.py holds
+  # The frame rows of Table G.1 are not config fields; envs/atari.py holds
   # them (tests/test_environments.py checks the wrapped environment itself).
-  assert environments.ATARI_SCREEN_SIZE == PAPER_TABLE_G1['Image Width']
-  assert environments.ATARI_SCREEN_SIZE == PAPER_TABLE_G1['Image Height']
-  assert environments.ATARI_FRAME_SKIP == PAPER_TABLE_G1['Action Repetitions']
-  assert environments.ATARI_FRAME_STACK == PAPER_TABLE_G1['Frame Stacking']
+  assert atari_env.ATARI_SCREEN_SIZE == PAPER_TABLE_G1['Image Width']
+  assert atari_env.ATARI_SCREEN_SIZE == PAPER_TABLE_G1['Image Height']
+  assert atari_env.ATARI_FRAME_SKIP == PAPER_TABLE_G1['Action Repetitions']
+  assert atari_env.ATARI_FRAME_STACK == PAPER_TABLE_G1['Frame Stacking']
 
 
 def test_atari_network_is_the_papers_shallow_torso_with_lstm_256(atari):
@@ -133,3 +140,75 @@ def test_atari_network_is_the_papers_shallow_torso_with_lstm_256(atari):
   assert atari.use_prev_action_reward is True
   # Not a Table G.1 row: bfloat16 only where the CPU makes it faster.
   assert atari.torso_dtype == 'auto'
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_presets_are_the_files_of_the_top_level_configs_folder():
+  assert presets.config_dir() == os.path.join(ROOT, 'configs')
+  files = sorted(os.path.basename(p)[:-3]
+                 for p in glob.glob(os.path.join(ROOT, 'configs', '*.py'))
+                 if not os.path.basename(p).startswith('_'))
+  assert presets.names() == files and {'cartpole', 'atari'} <= set(files)
+
+
+def test_a_config_is_selected_by_name_or_by_path(tmp_path):
+  by_name = presets.get_config('atari')
+  by_path = presets.get_config('configs/atari.py')
+  assert by_name == by_path and by_name.env_id.startswith('ALE/')
+  mine = tmp_path / 'mine.py'
+  mine.write_text('from acme_impala.agent import presets\n'
+                  'def get_config():\n'
+                  '  return presets.get_config("cartpole").replace('
+                  'learning_rate=0.5)\n')
+  assert presets.get_config(str(mine)).learning_rate == 0.5
+
+
+@pytest.mark.parametrize('value, named', [
+    ('pong', "Unknown config 'pong'"),
+    ('configs/missing.py', 'no such config file'),
+])
+def test_a_bad_config_is_named_with_the_choices(value, named):
+  with pytest.raises(config_lib.ConfigError) as error:
+    presets.get_config(value)
+  assert named in str(error.value) and "'atari'" in str(error.value)
+
+
+def test_a_config_file_must_return_an_impala_config(tmp_path):
+  bad = tmp_path / 'bad.py'
+  bad.write_text('def get_config():\n  return {"learning_rate": 1}\n')
+  with pytest.raises(config_lib.ConfigError, match='expected an IMPALAConfig'):
+    presets.get_config(str(bad))
+  (tmp_path / 'none.py').write_text('x = 1\n')
+  with pytest.raises(config_lib.ConfigError, match='no get_config'):
+    presets.get_config(str(tmp_path / 'none.py'))
+
+
+def test_a_non_editable_install_carries_the_presets(tmp_path):
+  """The wheel holds configs/ as acme_impala/configs/, where presets looks
+  when no checkout is beside the package (python -S: no site-packages, so
+  only the unpacked wheel can answer)."""
+  source = tmp_path / 'source'  # setuptools builds in ./build: not ROOT's.
+  for name in ('acme_impala', 'configs'):
+    shutil.copytree(os.path.join(ROOT, name), source / name,
+                    ignore=shutil.ignore_patterns('__pycache__'))
+  shutil.copy(os.path.join(ROOT, 'setup.py'), source / 'setup.py')
+  subprocess.run(
+      [sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps',
+       '--no-build-isolation', '-w', str(tmp_path / 'wheel'), str(source)],
+      check=True, capture_output=True, timeout=300)
+  wheel, = glob.glob(str(tmp_path / 'wheel' / '*.whl'))
+  with zipfile.ZipFile(wheel) as z:
+    z.extractall(tmp_path / 'site')
+  out = subprocess.run(
+      [sys.executable, '-S', '-c',
+       'import sys; sys.path.insert(0, sys.argv[1]); '
+       'from acme_impala.agent import presets; '
+       'print(presets.config_dir()); print(presets.names()); '
+       'print(presets.get_config("atari").env_id)', str(tmp_path / 'site')],
+      capture_output=True, text=True, cwd=tmp_path, timeout=120, check=True)
+  folder, names, env_id = out.stdout.split('\n')[:3]
+  assert folder == str(tmp_path / 'site' / 'acme_impala' / 'configs')
+  assert "'atari'" in names and "'cartpole'" in names
+  assert env_id.startswith('ALE/')

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from acme_impala import curves
+from acme_impala.launch import curves
+from acme_impala.launch import plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The learner's columns as programs/impala_lp.py writes them.
@@ -90,13 +91,13 @@ def _png_size(path):
     return image.size
 
 
-EXPECTED_SIZE = (int(curves.FIGSIZE[0] * curves.DPI),
-                 int(curves.FIGSIZE[1] * curves.DPI))
+EXPECTED_SIZE = (int(plots.FIGSIZE[0] * plots.DPI),
+                 int(plots.FIGSIZE[1] * plots.DPI))
 
 
 def test_import_does_not_load_matplotlib():
   out = subprocess.run(
-      [sys.executable, '-c', 'import sys, acme_impala.curves; '
+      [sys.executable, '-c', 'import sys, acme_impala.launch.curves; '
        'print("matplotlib" in sys.modules)'],
       capture_output=True, text=True, cwd=ROOT, timeout=120)
   assert out.stdout.strip() == 'False', out.stderr
@@ -200,7 +201,7 @@ def test_read_run_of_a_restored_run_with_nan(tmp_path):
   np.testing.assert_allclose(run.steps_per_second[16:], 500., rtol=1e-6)
   assert run.episode_source == ''  # Neither evaluator nor actor logs.
   assert run.episode_steps.shape == (0,)
-  assert _png_size(curves.write_run_curves(logdir)) == EXPECTED_SIZE
+  assert _png_size(plots.write_run_curves(logdir)) == EXPECTED_SIZE
 
 
 def test_learner_log_without_env_steps_is_no_curve(tmp_path):
@@ -227,7 +228,7 @@ def test_missing_evaluator_uses_actor_episodes(tmp_path, evaluator):
   assert np.all(np.diff(run.episode_steps) >= 0)
   # At each env-step count actor_0's episode comes before actor_1's.
   np.testing.assert_array_equal(run.episode_returns[:4], [20, 21, 21, 22])
-  path = curves.write_run_curves(logdir)
+  path = plots.write_run_curves(logdir)
   assert path == os.path.join(logdir, 'curves.png')
   assert _png_size(path) == EXPECTED_SIZE
 
@@ -240,9 +241,9 @@ def test_nothing_to_plot_names_the_logdir(tmp_path):
   os.makedirs(os.path.join(empty, 'logs', 'learner'))
   open(os.path.join(empty, 'logs', 'learner', 'logs.csv'), 'w').close()
   with pytest.raises(ValueError, match='empty: nothing to plot'):
-    curves.write_run_curves(empty)
+    plots.write_run_curves(empty)
   with pytest.raises(ValueError, match='empty: nothing to plot'):
-    curves.plot_runs([_make_run(str(tmp_path / 'good')), empty],
+    plots.plot_runs([_make_run(str(tmp_path / 'good')), empty],
                      str(tmp_path / 'out.png'))
 
 
@@ -250,7 +251,7 @@ def test_write_run_curves_writes_a_png(tmp_path):
   from matplotlib import image  # pylint: disable=g-import-not-at-top
   logdir = _make_run(str(tmp_path / 'run'))
   out = str(tmp_path / 'figures' / 'run.png')
-  assert curves.write_run_curves(logdir, out) == out
+  assert plots.write_run_curves(logdir, out) == out
   assert os.path.getsize(out) > 10_000
   assert _png_size(out) == EXPECTED_SIZE
   pixels = image.imread(out)
@@ -273,11 +274,11 @@ def test_sweep_layout(tmp_path):
     curves.read_run(logdir)
   with pytest.raises(ValueError, match='no logs/agent_7'):
     curves.read_run(logdir, agent=7)
-  path = curves.write_run_curves(logdir)
+  path = plots.write_run_curves(logdir)
   assert _png_size(path) == EXPECTED_SIZE
   other = _make_run(str(tmp_path / 'sweep2'), prefix='agent_0')
   _make_run(other, prefix='agent_1')
-  out = curves.plot_runs([logdir, other], str(tmp_path / 'sweeps.png'))
+  out = plots.plot_runs([logdir, other], str(tmp_path / 'sweeps.png'))
   assert _png_size(out) == EXPECTED_SIZE
 
 
@@ -320,7 +321,7 @@ def test_plot_runs_of_three_seeds(tmp_path):
                        num_rows=40 + 10 * k, rate=1000.)
              for k in range(3)]
   out = str(tmp_path / 'seeds.png')
-  assert curves.plot_runs(logdirs, out, labels=['a', 'b', 'c']) == out
+  assert plots.plot_runs(logdirs, out, labels=['a', 'b', 'c']) == out
   assert _png_size(out) == EXPECTED_SIZE
   # The band's numbers: the policy loss, scaled by 1, 2 and 3.
   runs = [curves.read_run(d) for d in logdirs]
@@ -329,7 +330,7 @@ def test_plot_runs_of_three_seeds(tmp_path):
   assert spread.x[-1] == min(r.env_steps[-1] for r in runs)
   np.testing.assert_allclose(spread.mean, 2. * spread.values[0], atol=1e-9)
   with pytest.raises(ValueError, match='2 labels for 3 logdirs'):
-    curves.plot_runs(logdirs, out, labels=['a', 'b'])
+    plots.plot_runs(logdirs, out, labels=['a', 'b'])
 
 
 def _plot(args, cwd):

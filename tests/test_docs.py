@@ -32,8 +32,7 @@ COVERAGE = {
     'programs/impala_k8s.py apply': 'needs a Kubernetes API server',
     'programs/impala_k8s.py status': 'needs a Kubernetes API server',
     'programs/impala_k8s.py stop': 'needs a Kubernetes API server',
-    'programs/impala_k8s.py apply|status|stop': 'needs a Kubernetes API server',
-    'acme_impala.k8s.node':
+    'acme_impala.launch.k8s.node':
         'tests/test_k8s.py::test_pods_on_separate_hosts_run_to_the_budget',
     'programs/laser_sweep_lp.py':
         'tests/test_sweep.py::test_sweep_program_with_no_flags_reaches_its_'

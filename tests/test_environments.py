@@ -1,4 +1,4 @@
-"""Tests for acme_impala.environments: the gymnasium->dm_env adapter and factories."""
+"""Tests for acme_impala.envs: the gymnasium->dm_env adapter, ids, factories and engines."""
 
 
 import dm_env
@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from acme.wrappers.observation_action_reward import OAR
-from acme_impala import environments
+from acme_impala.envs import adapter
+from acme_impala.envs import atari
+from acme_impala.envs import batched
+from acme_impala.envs import registry
 
 
 class _ScriptedEnv(gymnasium.Env):
@@ -67,7 +70,7 @@ def _first_last(env, policy, max_steps):
 
 
 def test_scripted_termination_truncation_and_transition():
-  env = environments.GymnasiumToDMEnv(_ScriptedEnv())
+  env = adapter.GymnasiumToDMEnv(_ScriptedEnv())
   first = env.reset()
   assert first.step_type == dm_env.StepType.FIRST
   assert first.reward is None and first.discount is None
@@ -90,7 +93,7 @@ def test_scripted_termination_truncation_and_transition():
 
 
 def test_scripted_specs_cast_float64_observations():
-  env = environments.GymnasiumToDMEnv(_ScriptedEnv())
+  env = adapter.GymnasiumToDMEnv(_ScriptedEnv())
   obs_spec = env.observation_spec()
   assert isinstance(obs_spec, specs.BoundedArray)
   assert obs_spec.dtype == np.float32 and obs_spec.shape == (2,)
@@ -105,7 +108,7 @@ def test_scripted_specs_cast_float64_observations():
 
 def test_scripted_seed_only_on_first_reset_and_close():
   inner = _ScriptedEnv()
-  env = environments.GymnasiumToDMEnv(inner, seed=7)
+  env = adapter.GymnasiumToDMEnv(inner, seed=7)
   assert env.step(0).first()  # a step before any reset resets
   env.step(1)
   env.reset()
@@ -116,7 +119,7 @@ def test_scripted_seed_only_on_first_reset_and_close():
 
 
 def test_batch_of_actions_is_refused():
-  env = environments.GymnasiumToDMEnv(_ScriptedEnv())
+  env = adapter.GymnasiumToDMEnv(_ScriptedEnv())
   env.reset()
   with pytest.raises(ValueError):
     env.step(np.array([0, 1]))
@@ -124,14 +127,14 @@ def test_batch_of_actions_is_refused():
 
 def test_non_discrete_action_space_is_a_clear_error():
   with pytest.raises(TypeError, match='Discrete'):
-    environments.GymnasiumToDMEnv(gymnasium.make('Pendulum-v1'))
+    adapter.GymnasiumToDMEnv(gymnasium.make('Pendulum-v1'))
 
 
 # ---- real CartPole ---------------------------------------------------------------------
 
 
 def test_cartpole_termination_discount_zero():
-  env = environments.make_environment('CartPole-v1', seed=0, oar=False)
+  env = registry.make_environment('CartPole-v1', seed=0, oar=False)
   steps, last = _first_last(env, lambda t: 0, max_steps=200)
   assert steps < 100  # pushing one way drops the pole long before the 500 time limit
   _assert_float32_scalar(last.discount, 0.0)
@@ -140,7 +143,7 @@ def test_cartpole_termination_discount_zero():
 
 
 def test_cartpole_truncation_discount_one():
-  env = environments.GymnasiumToDMEnv(
+  env = adapter.GymnasiumToDMEnv(
       gymnasium.make('CartPole-v1', max_episode_steps=5), seed=0)
   # Alternating pushes keep the pole up far longer than 5 steps.
   steps, last = _first_last(env, lambda t: t % 2, max_steps=10)
@@ -150,25 +153,25 @@ def test_cartpole_truncation_discount_one():
 
 
 def test_cartpole_specs_and_environment_spec():
-  spec = environments.environment_spec('CartPole-v1', oar=False)
+  spec = registry.environment_spec('CartPole-v1', oar=False)
   assert spec.observations.shape == (4,) and spec.observations.dtype == np.float32
   assert spec.actions.num_values == 2 and spec.actions.dtype == np.int32
   assert spec.rewards.dtype == np.float32 and spec.discounts.dtype == np.float32
-  oar_spec = environments.environment_spec('CartPole-v1')
+  oar_spec = registry.environment_spec('CartPole-v1')
   assert isinstance(oar_spec.observations, OAR)
   assert oar_spec.observations.action == spec.actions
 
 
 def test_cartpole_seed_reproducibility():
   def first_observation(seed):
-    return environments.make_environment('CartPole-v1', seed=seed, oar=False).reset().observation
+    return registry.make_environment('CartPole-v1', seed=seed, oar=False).reset().observation
 
   np.testing.assert_array_equal(first_observation(3), first_observation(3))
   assert not np.array_equal(first_observation(3), first_observation(4))
 
 
 def test_oar_observations_carry_previous_action_and_reward():
-  env = environments.make_environment('CartPole-v1', seed=0)
+  env = registry.make_environment('CartPole-v1', seed=0)
   obs_spec = env.observation_spec()
   timestep = env.reset()
   assert isinstance(timestep.observation, OAR)
@@ -196,24 +199,24 @@ def test_oar_observations_carry_previous_action_and_reward():
 
 def test_unknown_id_error_lists_known_ids():
   with pytest.raises(ValueError) as error:
-    environments.make_environment('CartPol-v1')
+    registry.make_environment('CartPol-v1')
   message = str(error.value)
   assert "'CartPol-v1'" in message
   for known in ('CartPole-v1', 'Acrobot-v1', 'MountainCar-v0', 'ALE/<Game>-v5',
                 'ALE/Pong-v5', 'MinAtar/<Game>-v1'):
     assert known in message
   with pytest.raises(ValueError, match='NotAGame'):
-    environments.validate_environment_id('ALE/NotAGame-v5')
+    registry.validate_environment_id('ALE/NotAGame-v5')
   with pytest.raises(ValueError, match='Pong-v4'):
-    environments.validate_environment_id('ALE/Pong-v4')
+    registry.validate_environment_id('ALE/Pong-v4')
 
 
 def test_known_ids_validate():
-  ids = environments.known_environment_ids()
+  ids = registry.known_environment_ids()
   assert ids[:3] == ['CartPole-v1', 'Acrobot-v1', 'MountainCar-v0']
   assert 'ALE/Pong-v5' in ids and 'ALE/Breakout-v5' in ids
   for env_id in ids:
-    environments.validate_environment_id(env_id)
+    registry.validate_environment_id(env_id)
 
 
 def test_minatar_ids_are_clear_when_missing():
@@ -221,16 +224,16 @@ def test_minatar_ids_are_clear_when_missing():
     import minatar  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
     with pytest.raises(ValueError, match='minatar'):
-      environments.make_environment('MinAtar/Breakout-v1')
+      registry.make_environment('MinAtar/Breakout-v1')
   else:
-    env = environments.make_environment('MinAtar/Breakout-v1', seed=0, oar=False)
+    env = registry.make_environment('MinAtar/Breakout-v1', seed=0, oar=False)
     assert env.observation_spec().shape[:2] == (10, 10)
     assert env.reset().observation.dtype == env.observation_spec().dtype
 
 
 @pytest.mark.parametrize('env_id', ['Acrobot-v1', 'MountainCar-v0'])
 def test_other_classic_control(env_id):
-  env = environments.make_environment(env_id, seed=0)
+  env = registry.make_environment(env_id, seed=0)
   env.reset()
   timestep = env.step(0)
   assert timestep.mid()
@@ -243,7 +246,7 @@ def test_other_classic_control(env_id):
 @pytest.mark.parametrize('shape', [(4, 84, 84), (3, 4, 84, 84), (2, 5, 3, 7)])
 def test_frames_last_is_moveaxis_as_a_new_contiguous_array(shape):
   frames = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
-  out = environments.frames_last(frames)
+  out = atari.frames_last(frames)
   np.testing.assert_array_equal(out, np.moveaxis(frames, -3, -1))
   assert out.dtype == np.uint8 and out.flags['C_CONTIGUOUS']
   assert not np.shares_memory(out, frames)  # EnvPool reuses its buffers.
@@ -251,7 +254,7 @@ def test_frames_last_is_moveaxis_as_a_new_contiguous_array(shape):
 
 def test_atari_pong_observations_and_spec():
   import ale_py  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (pinned: must not skip)
-  env = environments.make_environment('ALE/Pong-v5', seed=0)
+  env = registry.make_environment('ALE/Pong-v5', seed=0)
   obs_spec = env.observation_spec()
   assert obs_spec.observation.shape == (84, 84, 4)
   assert obs_spec.observation.dtype == np.uint8
@@ -273,7 +276,7 @@ def test_atari_pong_observations_and_spec():
 
 def test_atari_seed_reproducibility():
   def first_frames(seed):
-    env = environments.make_environment('ALE/Pong-v5', seed=seed, oar=False)
+    env = registry.make_environment('ALE/Pong-v5', seed=seed, oar=False)
     frames = [env.reset().observation] + [env.step(2).observation for _ in range(40)]
     env.close()
     return np.stack(frames)
@@ -292,7 +295,7 @@ def _play_until_last(env, rng, max_steps):
 
 def test_atari_life_loss_ends_episode_in_training_only():
   rng = np.random.RandomState(0)
-  train = environments.make_environment('ALE/Breakout-v5', seed=0, oar=False)
+  train = registry.make_environment('ALE/Breakout-v5', seed=0, oar=False)
   train.reset()
   last = _play_until_last(train, rng, max_steps=2000)
   _assert_float32_scalar(last.discount, 0.0)
@@ -305,7 +308,7 @@ def test_atari_life_loss_ends_episode_in_training_only():
   assert train.last_info['lives'] == 3 and second.discount == 0.0
   train.close()
 
-  evaluation = environments.make_environment('ALE/Breakout-v5', seed=0, oar=False,
+  evaluation = registry.make_environment('ALE/Breakout-v5', seed=0, oar=False,
                                              evaluation=True)
   evaluation.reset()
   last = _play_until_last(evaluation, rng, max_steps=5000)
@@ -334,7 +337,7 @@ class _BoolGridEnv(gymnasium.Env):
 
 
 def test_bool_observations_become_uint8():
-  env = environments.GymnasiumToDMEnv(_BoolGridEnv(), seed=0)
+  env = adapter.GymnasiumToDMEnv(_BoolGridEnv(), seed=0)
   spec = env.observation_spec()
   assert spec.dtype == np.uint8 and spec.shape == (3, 3, 2)
   assert spec.minimum == 0 and spec.maximum == 1
@@ -370,22 +373,22 @@ def _assert_same_batch(a, b, *, observations=True, atol=0.):
 
 
 def test_envpool_atari_settings_are_table_g1():
-  settings = environments.envpool_settings('ALE/Pong-v5')
+  settings = batched.envpool_settings('ALE/Pong-v5')
   assert settings == dict(
       frame_skip=4, img_height=84, img_width=84, stack_num=4, gray_scale=True,
       noop_max=30, episodic_life=True, zero_discount_on_life_loss=False,
       reward_clip=False, use_fire_reset=False, full_action_space=False,
       repeat_action_probability=0.0, max_episode_steps=27_000)
-  assert not environments.envpool_settings(
+  assert not batched.envpool_settings(
       'ALE/Pong-v5', evaluation=True)['episodic_life']
   # EnvPool applied them (its defaults differ: FIRE on reset, for one).
-  batch = environments.EnvPoolBatch('ALE/Pong-v5', 2, seed=0)
+  batch = batched.EnvPoolBatch('ALE/Pong-v5', 2, seed=0)
   config = batch._pool.config  # pylint: disable=protected-access
   for name, value in settings.items():
     assert config[name] == value, name
   batch.close()
   # The gymnasium engine's Atari pipeline has the same settings.
-  env = environments.make_environment('ALE/Pong-v5', seed=0)
+  env = registry.make_environment('ALE/Pong-v5', seed=0)
   wrapper = env.gymnasium_env
   while not isinstance(wrapper, gymnasium.wrappers.AtariPreprocessing):
     wrapper = wrapper.env
@@ -400,9 +403,9 @@ def test_envpool_atari_settings_are_table_g1():
 def _play_atari_in_both_engines(evaluation):
   """Steps to the first LAST, the engines compared at every step."""
   kwargs = dict(noop_max=1, evaluation=evaluation)
-  ours = environments.make_batched_environment('ALE/Breakout-v5', [7],
+  ours = batched.make_batched_environment('ALE/Breakout-v5', [7],
                                                **kwargs)
-  pool = environments.make_batched_environment(
+  pool = batched.make_batched_environment(
       'ALE/Breakout-v5', [7], engine='envpool', **kwargs)
   _assert_same_batch(ours.reset(), pool.reset())
   rng = np.random.default_rng(0)
@@ -441,9 +444,9 @@ def test_engines_play_the_same_atari_game():
 
 def test_engines_truncate_atari_at_the_step_cap_with_discount_one():
   kwargs = dict(noop_max=1, evaluation=True, max_episode_steps=30)
-  ours = environments.make_batched_environment('ALE/Pong-v5', [1, 2],
+  ours = batched.make_batched_environment('ALE/Pong-v5', [1, 2],
                                                **kwargs)
-  pool = environments.make_batched_environment('ALE/Pong-v5', [1, 2],
+  pool = batched.make_batched_environment('ALE/Pong-v5', [1, 2],
                                                engine='envpool', **kwargs)
   _assert_same_batch(ours.reset(), pool.reset())
   for t in range(31):
@@ -469,9 +472,9 @@ def test_engines_run_the_same_cartpoles():
   the same terminations (discount 0), truncations at the cap (discount 1),
   restarts, OAR fields and (to float32 rounding) observations."""
   k, cap = 3, 25
-  pool = environments.make_batched_environment(
+  pool = batched.make_batched_environment(
       'CartPole-v1', range(k), engine='envpool', max_episode_steps=cap)
-  ours = environments.make_batched_environment(
+  ours = batched.make_batched_environment(
       'CartPole-v1', range(k), max_episode_steps=cap)
   a, b = ours.reset(), pool.reset()
   _assert_same_batch(a, b, observations=False)
@@ -504,7 +507,7 @@ def test_engines_run_the_same_cartpoles():
 def test_termination_rule_at_the_cap_is_gymnasiums(env_id, state):
   """The rule EnvPoolBatch applies to rows EnvPool truncates agrees with
   gymnasium's own `terminated` from random states."""
-  rule = environments._classic_control_terminal(env_id)  # pylint: disable=protected-access
+  rule = batched._classic_control_terminal(env_id)  # pylint: disable=protected-access
   game = gymnasium.make(env_id).unwrapped
   game.reset(seed=0)
   rng = np.random.default_rng(0)
@@ -520,23 +523,23 @@ def test_termination_rule_at_the_cap_is_gymnasiums(env_id, state):
 
 def test_engine_errors_name_the_value():
   with pytest.raises(ValueError, match="MinAtar/Breakout-v1.*env_engine='gymnasium'"):
-    environments.validate_engine('MinAtar/Breakout-v1', 'envpool')
+    batched.validate_engine('MinAtar/Breakout-v1', 'envpool')
   with pytest.raises(ValueError, match='TicTacToe3D'):
-    environments.validate_engine('ALE/TicTacToe3D-v5', 'envpool')
+    batched.validate_engine('ALE/TicTacToe3D-v5', 'envpool')
   with pytest.raises(ValueError, match="'gpu'.*'gymnasium', 'envpool'"):
-    environments.validate_engine('CartPole-v1', 'gpu')
-  environments.validate_engine('ALE/Pong-v5', 'envpool')
+    batched.validate_engine('CartPole-v1', 'gpu')
+  batched.validate_engine('ALE/Pong-v5', 'envpool')
   with pytest.raises(ValueError, match=r'int32\[2\] actions'):
-    environments.EnvPoolBatch('CartPole-v1', 2).step(np.zeros(3, np.int32))
+    batched.EnvPoolBatch('CartPole-v1', 2).step(np.zeros(3, np.int32))
 
 
 def test_envpool_step_async_then_wait_is_step():
   """Two halves started and waited for alternately (the overlapped actor of
   `benchmarks/throughput.py --actor_overlap`) see exactly what `step` gives
   pools of the same seeds, episode restarts included."""
-  halves = [environments.EnvPoolBatch('CartPole-v1', 2, seed=s)
+  halves = [batched.EnvPoolBatch('CartPole-v1', 2, seed=s)
             for s in (0, 2)]
-  references = [environments.EnvPoolBatch('CartPole-v1', 2, seed=s)
+  references = [batched.EnvPoolBatch('CartPole-v1', 2, seed=s)
                 for s in (0, 2)]
   for half, reference in zip(halves, references):
     _assert_same_batch(half.reset(), reference.reset())

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from acme_impala import builder as builder_lib
-from acme_impala import configs
-from acme_impala import environments
-from acme_impala import run_record
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import presets
+from acme_impala.distributed import run_record
+from acme_impala.envs import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
@@ -57,7 +57,7 @@ def _write_untrained_run(logdir, *configs):
   run_record.write_record(logdir,
                           run_record.make_record(configs, configs, {}))
   for i, config in enumerate(configs):
-    spec = environments.environment_spec(config.env_id)
+    spec = registry.environment_spec(config.env_id)
     builder = builder_lib.IMPALABuilder(config, spec)
     learner = builder.make_learner(builder.make_network(), iter(()))
     tf2_savers.Checkpointer(
@@ -68,7 +68,7 @@ def _write_untrained_run(logdir, *configs):
 
 def test_evaluates_an_agent_of_a_sweep(tmp_path):
   logdir = str(tmp_path / 'sweep')
-  config = configs.get_config('cartpole').replace(replay_fraction=0.875)
+  config = presets.get_config('cartpole').replace(replay_fraction=0.875)
   # Agent 1 has another network size: only its own checkpoint restores.
   _write_untrained_run(logdir, config, config.replace(lstm_size=16))
   status, out, err = _evaluate(f'--logdir={logdir}', '--episodes=1',
@@ -82,7 +82,7 @@ def test_evaluates_an_agent_of_a_sweep(tmp_path):
 @pytest.fixture(scope='module')
 def atari_run(tmp_path_factory):
   logdir = str(tmp_path_factory.mktemp('atari') / 'run')
-  _write_untrained_run(logdir, configs.get_config('atari').replace(
+  _write_untrained_run(logdir, presets.get_config('atari').replace(
       env_id='ALE/Breakout-v5', lstm_size=16, anneal_learning_rate=False))
   return logdir
 
@@ -90,7 +90,7 @@ def atari_run(tmp_path_factory):
 def test_bad_flags_exit_2_naming_the_value(tmp_path):
   config_only = tmp_path / 'config_only'
   run_record.write_record(str(config_only), run_record.make_record(
-      [configs.get_config('cartpole')], [configs.get_config('cartpole')], {}))
+      [presets.get_config('cartpole')], [presets.get_config('cartpole')], {}))
   (tmp_path / 'empty').mkdir()
   cases = [
       ([f'--logdir={tmp_path}/missing'], f'{tmp_path}/missing'),

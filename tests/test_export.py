@@ -8,13 +8,13 @@ import sys
 
 import numpy as np
 import tensorflow as tf
-from acme_impala import acting
-from acme_impala import builder as builder_lib
-from acme_impala import configs
-from acme_impala import environments
-from acme_impala import export
-from acme_impala import networks
-from acme_impala import types as impala_types
+from acme_impala.agent import acting
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import export
+from acme_impala.agent import networks
+from acme_impala.agent import presets
+from acme_impala.envs import adapter
+from acme_impala.envs import registry
 
 B = 3  # Environments acting in one batch.
 STEPS = 40
@@ -65,8 +65,8 @@ np.savez(outputs_path, **{k: np.stack(v) for k, v in outputs.items()})
 
 
 def _network():
-  config = configs.get_config('cartpole').replace(lstm_size=16)
-  spec = environments.environment_spec(config.env_id)
+  config = presets.get_config('cartpole').replace(lstm_size=16)
+  spec = registry.environment_spec(config.env_id)
   tf.random.set_seed(SEED)
   return builder_lib.IMPALABuilder(config, spec).make_network(), spec
 
@@ -74,7 +74,7 @@ def _network():
 def _act(network):
   """Drives a BatchedIMPALAActor on B CartPoles for STEPS steps; returns the
   inputs it saw (with the noise its sampler drew) and what it computed."""
-  envs = [environments.make_environment('CartPole-v1', seed=i)
+  envs = [registry.make_environment('CartPole-v1', seed=i)
           for i in range(B)]
   actor = acting.BatchedIMPALAActor(network, B, seed=SEED)
   # The actor draws one [B, A] Gumbel sample per step from this stream.
@@ -89,7 +89,7 @@ def _act(network):
   for _ in range(STEPS):
     observations = [t.observation for t in timesteps]
     actions = actor.select_actions(
-        impala_types.stack_timesteps(timesteps).observation)
+        adapter.stack_timesteps(timesteps).observation)
     # The actor shows its logits and LSTM state to its adder only.
     acted['logits'].append(actor._extras['logits'])  # pylint: disable=protected-access
     state = actor._state  # pylint: disable=protected-access
@@ -151,9 +151,9 @@ def test_saved_policy_acts_as_the_actor_in_a_tensorflow_only_process(
 
 
 def test_atari_policy_takes_uint8_frames(tmp_path):
-  config = configs.get_config('atari').replace(env_id='ALE/Breakout-v5',
+  config = presets.get_config('atari').replace(env_id='ALE/Breakout-v5',
                                                 lstm_size=16)
-  spec = environments.environment_spec(config.env_id)
+  spec = registry.environment_spec(config.env_id)
   network = builder_lib.IMPALABuilder(config, spec).make_network()
   model_dir = str(tmp_path / 'policy')
   description = export.export_policy(network, spec, model_dir)

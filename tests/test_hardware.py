@@ -1,6 +1,6 @@
 """hardware: the CPU's model, flags and usable cores, read from Linux."""
 
-from acme_impala import hardware
+from acme_impala.host import hardware
 
 
 def _cpuinfo(tmp_path, model, flags):

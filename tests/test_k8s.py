@@ -20,9 +20,9 @@ import time
 import pytest
 import yaml
 
-from acme_impala import config_flags
-from acme_impala.k8s import manifests
-from acme_impala.k8s import naming
+from acme_impala.launch import config_flags
+from acme_impala.launch.k8s import manifests
+from acme_impala.launch.k8s import naming
 import netns_cluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,8 +84,10 @@ _PROGRAM_SHAPE = r'''
 import json, sys
 sys.argv = ['x', '--num_actors=3']
 from absl import flags
-from acme_impala import program_flags, program, running
-from acme_impala.k8s import naming
+from acme_impala.distributed import program
+from acme_impala.launch import node_runner
+from acme_impala.launch import program_flags
+from acme_impala.launch.k8s import naming
 program_flags.define()
 flags.FLAGS(sys.argv)
 run = program_flags.prepare({'batch_size': 16}, '/data/shape', launcher=False)
@@ -93,7 +95,7 @@ prog = program.build_program(run)
 print(json.dumps({
     'groups': {g: [type(n).__name__ for n in nodes]
                for g, nodes in prog.groups.items()},
-    'addresses': naming.address_map('shape', running.group_sizes(prog))}))
+    'addresses': naming.address_map('shape', node_runner.group_sizes(prog))}))
 '''
 
 
@@ -254,7 +256,7 @@ def test_pod_entry_bad_flags_exit_2(tmp_path):
   env = dict(os.environ)
   env.pop('JOB_COMPLETION_INDEX', None)
   result = subprocess.run(
-      [sys.executable, '-m', 'acme_impala.k8s.node', '--group=actor',
+      [sys.executable, '-m', 'acme_impala.launch.k8s.node', '--group=actor',
        f'--logdir={tmp_path}', '--run_name=t1'],
       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
       text=True, timeout=120)

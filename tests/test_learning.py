@@ -17,13 +17,14 @@ import reverb
 import tensorflow as tf
 import tree
 
-from acme_impala import acting
-from acme_impala import builder as builder_lib
-from acme_impala import config as config_lib
-from acme_impala import environments
-from acme_impala import learning
-from acme_impala import networks
-from acme_impala import types
+from acme_impala.agent import acting
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import learning
+from acme_impala.agent import networks
+from acme_impala.agent import types
+from acme_impala.envs import adapter
+from acme_impala.envs import registry
 
 import learner_reference
 
@@ -44,7 +45,7 @@ def _network(config, spec, seed=0):
 
 def _filled_server(config, num_steps, seed=0):
   """A real Reverb table filled by our actor: (server, spec)."""
-  env = environments.make_environment(config.env_id, seed=seed)
+  env = registry.make_environment(config.env_id, seed=seed)
   spec = specs.make_environment_spec(env)
   net = _network(config, spec)
   # Uniform sampling without removal: every test reads from the same items
@@ -226,8 +227,8 @@ def test_acme_learner_trains_on_items_from_our_actor(filled_queue):
 
 def _short_cartpole(max_episode_steps, seed):
   """CartPole whose episodes are truncated after `max_episode_steps`."""
-  return environments.ObservationActionRewardWrapper(
-      environments.GymnasiumToDMEnv(
+  return adapter.ObservationActionRewardWrapper(
+      adapter.GymnasiumToDMEnv(
           gymnasium.make('CartPole-v1', max_episode_steps=max_episode_steps),
           seed=seed))
 
@@ -571,7 +572,7 @@ def _check_walks(learner, net, iterator, reference_net, num_online, steps,
 def _laser_setup(replay_fraction, seed, agent_id=0, builder=None, **kw):
   config = _config(replay_fraction=replay_fraction, replay_capacity=1000,
                    min_replay_size=6, **kw)
-  env = environments.make_environment(config.env_id, seed=seed)
+  env = registry.make_environment(config.env_id, seed=seed)
   spec = specs.make_environment_spec(env)
   builder = builder or builder_lib.IMPALABuilder(config, spec)
   return config, env, spec, builder

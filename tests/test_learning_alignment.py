@@ -16,12 +16,12 @@ import pytest
 import tensorflow as tf
 import tree
 
-from acme_impala import builder as builder_lib
-from acme_impala import config as config_lib
-from acme_impala import environments
-from acme_impala import learning
-from acme_impala import networks
-from acme_impala import types
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import learning
+from acme_impala.agent import networks
+from acme_impala.agent import types
+from acme_impala.envs import registry
 
 import learner_reference as ref
 
@@ -80,7 +80,7 @@ def _config(**kw):
 
 def _spec():
   return specs.make_environment_spec(
-      environments.make_environment('CartPole-v1', seed=0))
+      registry.make_environment('CartPole-v1', seed=0))
 
 
 def _network(config, spec, seed=0):

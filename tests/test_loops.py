@@ -19,15 +19,16 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from acme_impala import acting
-from acme_impala import adders
-from acme_impala import builder as builder_lib
-from acme_impala import config as config_lib
-from acme_impala import configs
-from acme_impala import environments
-from acme_impala import loops
-from acme_impala import networks
-from acme_impala import types
+from acme_impala.agent import acting
+from acme_impala.agent import adders
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import loops
+from acme_impala.agent import networks
+from acme_impala.agent import presets
+from acme_impala.agent import types
+from acme_impala.envs import batched
+from acme_impala.envs import registry
 
 K, T, STEPS = 4, 5, 600
 
@@ -47,7 +48,7 @@ def _run_items(config, net, spec, k, steps, first_seed=0, **env_kwargs):
   client = reverb.Client(f'localhost:{server.port}')
   made = builder.make_adder(client, num_envs=k, batched=True)
   actor = builder.make_actor(net, made, seed=3, num_envs=k, batched=True)
-  envs = environments.make_batched_environment(
+  envs = batched.make_batched_environment(
       config.env_id, seeds=range(first_seed, first_seed + k),
       engine=config.env_engine, **env_kwargs)
   taken = loops.BatchedEnvironmentLoop(
@@ -81,7 +82,7 @@ def _digest(item):
 def test_batched_adder_items_equal_per_environment_acme_adders(engine):
   config = config_lib.IMPALAConfig(unroll_length=T, lstm_size=16,
                                    envs_per_actor=K, env_engine=engine)
-  env = environments.make_environment(config.env_id, seed=0)
+  env = registry.make_environment(config.env_id, seed=0)
   spec = specs.make_environment_spec(env)
   tf.random.set_seed(0)
   net = networks.make_network(config, spec.actions.num_values)
@@ -127,7 +128,7 @@ def _dataset_items(config, net, spec):
   client = reverb.Client(f'localhost:{server.port}')
   made = builder.make_adder(client, num_envs=K)
   actor = builder.make_actor(net, made, seed=3, num_envs=K)
-  envs = environments.make_batched_environment(
+  envs = batched.make_batched_environment(
       config.env_id, seeds=range(K), engine=config.env_engine)
   loops.BatchedEnvironmentLoop(envs, actor, logger=loggers.NoOpLogger(),
                                should_update=False).run(num_steps=STEPS)
@@ -150,7 +151,7 @@ def test_learner_dataset_reads_the_same_items_from_both_adders():
   config = config_lib.IMPALAConfig(unroll_length=T, lstm_size=16,
                                    envs_per_actor=K, batch_size=4,
                                    max_queue_size=10_000)
-  env = environments.make_environment(config.env_id, seed=0)
+  env = registry.make_environment(config.env_id, seed=0)
   spec = specs.make_environment_spec(env)
   tf.random.set_seed(0)
   net = networks.make_network(config, spec.actions.num_values)
@@ -174,9 +175,9 @@ def test_engines_write_the_same_atari_trajectories():
   actions depend only on what it sees, so the two queues must hold the
   same items, byte for byte: observations, previous actions and rewards,
   actions, rewards, discounts, episode starts, logits and LSTM states."""
-  config = configs.get_config('atari').replace(
+  config = presets.get_config('atari').replace(
       env_id='ALE/Breakout-v5', unroll_length=T, lstm_size=32)
-  spec = environments.environment_spec(config.env_id)
+  spec = registry.environment_spec(config.env_id)
   tf.random.set_seed(0)
   net = networks.make_network(config, spec.actions.num_values)
   tf2_utils.create_variables(net, [spec.observations])
@@ -203,7 +204,7 @@ def test_engines_write_episode_ends_with_the_adapters_discounts(engine):
   cap = 25
   config = config_lib.IMPALAConfig(unroll_length=T, lstm_size=16,
                                    env_engine=engine)
-  spec = environments.environment_spec(config.env_id)
+  spec = registry.environment_spec(config.env_id)
   tf.random.set_seed(0)
   net = networks.make_network(config, spec.actions.num_values)
   tf2_utils.create_variables(net, [spec.observations])
@@ -249,7 +250,7 @@ class _RecordingActor:
 
 
 def _eval_actor(config, k):
-  spec = environments.environment_spec(config.env_id)
+  spec = registry.environment_spec(config.env_id)
   builder = builder_lib.IMPALABuilder(config, spec)
   return _RecordingActor(builder.make_actor(
       builder.make_network(), seed=5, num_envs=k, batched=True))
@@ -260,7 +261,7 @@ def test_evaluation_round_is_each_environments_first_episode(engine):
   k, first_seed = 6, 11
   config = config_lib.IMPALAConfig(lstm_size=8, env_engine=engine)
   actor = _eval_actor(config, k)
-  env = environments.make_batched_environment(
+  env = batched.make_batched_environment(
       config.env_id, seeds=range(first_seed, first_seed + k), engine=engine,
       evaluation=True)
   rows = loops.evaluation_episodes(env, actor)
@@ -271,7 +272,7 @@ def test_evaluation_round_is_each_environments_first_episode(engine):
   assert len(actor.actions) == max(lengths) > min(lengths) + 1
   for i, row in enumerate(rows):
     # Reference: environment i alone, same seed, the actions row i got.
-    alone = environments.make_batched_environment(
+    alone = batched.make_batched_environment(
         config.env_id, seeds=[first_seed + i], engine=engine,
         evaluation=True)
     timestep = alone.reset()
@@ -288,7 +289,7 @@ def test_evaluation_round_is_each_environments_first_episode(engine):
 
 def test_evaluation_round_stops_when_asked_and_checks_sizes():
   config = config_lib.IMPALAConfig(lstm_size=8)
-  env = environments.make_batched_environment(config.env_id, seeds=range(3),
+  env = batched.make_batched_environment(config.env_id, seeds=range(3),
                                               evaluation=True)
   assert loops.evaluation_episodes(env, _eval_actor(config, 3),
                                    should_stop=lambda: True) is None

@@ -1,4 +1,4 @@
-"""Tests for acme_impala.losses.
+"""Tests for acme_impala.agent.losses.
 
 Expected values are computed by hand or with the small numpy reference below,
 which shares no code with the implementation.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from acme_impala import losses
+from acme_impala.agent import losses
 
 CORRECTIONS = losses.OFF_POLICY_CORRECTIONS
 LOG2 = np.log(2.)

@@ -102,15 +102,16 @@ def _actor_probe() -> dict:
   import threading  # pylint: disable=g-import-not-at-top
   from acme.utils import counting  # pylint: disable=g-import-not-at-top
   import reverb  # pylint: disable=g-import-not-at-top
-  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  from acme_impala import loggers as loggers_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import loops  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import loops  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import loggers as loggers_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import batched
+  from acme_impala.envs import registry
 
-  config = configs.get_config('cartpole')
+  config = presets.get_config('cartpole')
   builder = builder_lib.IMPALABuilder(
-      config, environments.environment_spec(config.env_id))
+      config, registry.environment_spec(config.env_id))
   server = reverb.Server(builder.make_replay_tables())
   client = reverb.Client(f'localhost:{server.port}')
   stop = threading.Event()
@@ -125,7 +126,7 @@ def _actor_probe() -> dict:
                              builder.make_adder(client, num_envs=k), seed=0,
                              num_envs=k)
   loop = loops.BatchedEnvironmentLoop(
-      environments.make_batched_environment(config.env_id, seeds=range(k),
+      batched.make_batched_environment(config.env_id, seeds=range(k),
                                             engine=config.env_engine),
       actor, counting.Counter(time_delta=1.0),
       loggers_lib.make_logger('actor_0', tempfile.mkdtemp(),
@@ -139,18 +140,19 @@ def _actor_probe() -> dict:
 
 
 def _evaluator_probe() -> dict:
-  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  from acme_impala import loops  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import loops  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import batched
+  from acme_impala.envs import registry
 
-  config = configs.get_config('cartpole')
+  config = presets.get_config('cartpole')
   builder = builder_lib.IMPALABuilder(
-      config, environments.environment_spec(config.env_id))
+      config, registry.environment_spec(config.env_id))
   k = 10  # The evaluator node's default rounds (RunOptions.eval_episodes).
   actor = builder.make_actor(builder.make_network(), seed=0, num_envs=k,
                              batched=True)
-  env = environments.make_batched_environment(
+  env = batched.make_batched_environment(
       config.env_id, seeds=range(k), engine=config.env_engine,
       evaluation=True)
 
@@ -170,14 +172,14 @@ def _learner_probe() -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tree  # pylint: disable=g-import-not-at-top
   from acme.utils import counting  # pylint: disable=g-import-not-at-top
-  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
-  from acme_impala import loggers as loggers_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import loggers as loggers_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import registry
 
-  config = configs.get_config('cartpole')
+  config = presets.get_config('cartpole')
   builder = builder_lib.IMPALABuilder(
-      config, environments.environment_spec(config.env_id))
+      config, registry.environment_spec(config.env_id))
   network = builder.make_network()
   # One batch of the queue's layout ([B, T+1, ...]), again and again: the
   # update's cost and memory do not depend on the values.
@@ -203,12 +205,12 @@ def _plain_function_probe() -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tree  # pylint: disable=g-import-not-at-top
-  from acme_impala import builder as builder_lib  # pylint: disable=g-import-not-at-top
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import environments  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import registry
 
-  config = configs.get_config('cartpole')
-  spec = environments.environment_spec(config.env_id)
+  config = presets.get_config('cartpole')
+  spec = registry.environment_spec(config.env_id)
   network = builder_lib.IMPALABuilder(config, spec).make_network()
   k = config.envs_per_actor
   observation = tree.map_structure(
@@ -225,7 +227,7 @@ def _plain_function_probe() -> dict:
 
 if __name__ == '__main__':
   sys.path.insert(0, ROOT)
-  from acme_impala import quiet  # pylint: disable=g-import-not-at-top
+  from acme_impala.host import quiet  # pylint: disable=g-import-not-at-top
   quiet.silence()
   probe = {'actor': _actor_probe, 'evaluator': _evaluator_probe,
            'learner': _learner_probe,

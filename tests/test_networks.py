@@ -7,8 +7,8 @@ import pytest
 import sonnet as snt
 import tensorflow as tf
 
-from acme_impala import config as config_lib
-from acme_impala import networks
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import networks
 
 OAR = observation_action_reward.OAR
 

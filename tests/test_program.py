@@ -15,11 +15,11 @@ import time
 import psutil
 import pytest
 
-from acme_impala import config_flags
-from acme_impala import configs
-from acme_impala import launch
-from acme_impala import lifecycle
-from acme_impala import run_record
+from acme_impala.agent import presets
+from acme_impala.distributed import lifecycle
+from acme_impala.distributed import run_record
+from acme_impala.launch import config_flags
+from acme_impala.launch import local
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
@@ -71,9 +71,9 @@ def _session_processes(sid):
 
 def test_make_program_runs_under_test_mt(tmp_path):
   import launchpad as lp  # pylint: disable=g-import-not-at-top
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
-  config = configs.get_config('cartpole').replace(
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
+  config = presets.get_config('cartpole').replace(
       batch_size=8, unroll_length=10, lstm_size=16, envs_per_actor=2,
       max_queue_size=64)
   logdir = str(tmp_path / 'mt')
@@ -82,7 +82,7 @@ def test_make_program_runs_under_test_mt(tmp_path):
   assert isinstance(program, lp.Program)
   assert set(program.groups) == {'replay', 'counter', 'coordinator',
                                  'learner', 'actor', 'evaluator'}
-  assert launch.launch_and_wait(program, logdir, 'test_mt') == 0
+  assert local.launch_and_wait(program, logdir, 'test_mt') == 0
   learner = _rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
   assert learner and float(learner[-1]['learner_steps']) >= 1
   for key in ('loss', 'policy_loss', 'baseline_loss', 'entropy'):
@@ -166,7 +166,7 @@ def test_run_writes_its_curves(first_run):
 def test_config_json_records_the_run(first_run):
   logdir, _, _, _ = first_run
   record = run_record.read_record(logdir)
-  expected = configs.get_config('cartpole').replace(
+  expected = presets.get_config('cartpole').replace(
       **config_flags.parse_overrides(SMALL))
   # Round trip: the recorded config is the one the run used.
   assert run_record.config_from_dict(record['config']) == expected
@@ -292,8 +292,11 @@ def test_bad_config_fails_before_any_process(tmp_path):
 
 _DESCRIBE = r'''
 import json, sys
-from acme_impala import configs, program, builder, nodes
-config = configs.get_config('cartpole').replace(
+from acme_impala.agent import builder
+from acme_impala.agent import presets
+from acme_impala.distributed import nodes
+from acme_impala.distributed import program
+config = presets.get_config('cartpole').replace(
     replay_fraction=0.5, anneal_learning_rate=True)
 run = program.prepare_run([config, config.replace(learning_rate=1e-3)],
                           sys.argv[1], 50_000, num_actors=2)
@@ -343,10 +346,10 @@ def test_build_program_gives_the_same_graph_in_two_processes(tmp_path):
 
 
 def test_build_program_has_no_side_effects(tmp_path):
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
   logdir = tmp_path / 'run'
-  run = program_lib.prepare_run([configs.get_config('cartpole')], str(logdir),
+  run = program_lib.prepare_run([presets.get_config('cartpole')], str(logdir),
                                 1000)
   assert logdir.is_dir()  # prepare_run made the run directory.
   before = sorted(p for p in tmp_path.rglob('*'))
@@ -359,9 +362,9 @@ def test_build_program_has_no_side_effects(tmp_path):
 
 
 def test_prepare_run_sets_the_annealing_horizon_from_online_rows(tmp_path):
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
-  config = configs.get_config('cartpole').replace(
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
+  config = presets.get_config('cartpole').replace(
       replay_fraction=0.875, anneal_learning_rate=True, batch_size=8)
   assert config.unroll_length == 10
   run = program_lib.prepare_run([config], str(tmp_path / 'a'), 800_000)
@@ -375,10 +378,10 @@ def test_prepare_run_resolves_auto_torso_dtype_and_records_it(
     tmp_path, monkeypatch):
   """'auto' is resolved once, before any process starts; the record keeps
   both what was asked ('auto') and what runs."""
-  from acme_impala import networks  # pylint: disable=g-import-not-at-top
-  from acme_impala import program as program_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import networks  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')
-  config = configs.get_config('atari').replace(torso_dtype='auto')
+  config = presets.get_config('atari').replace(torso_dtype='auto')
   for units, resolved in ((True, 'bfloat16'), (False, 'float32')):
     monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda u=units: u)
     monkeypatch.setattr(networks, 'bfloat16_probe', lambda: None)
@@ -392,10 +395,10 @@ def test_prepare_run_resolves_auto_torso_dtype_and_records_it(
 
 
 def test_sweep_agents_get_their_own_seed_streams(tmp_path):
-  from acme_impala import configs  # pylint: disable=g-import-not-at-top
-  from acme_impala import nodes  # pylint: disable=g-import-not-at-top
-  from acme_impala import sweep  # pylint: disable=g-import-not-at-top
-  base = configs.get_config('cartpole').replace(replay_fraction=0.5)
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import nodes  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import sweep  # pylint: disable=g-import-not-at-top
+  base = presets.get_config('cartpole').replace(replay_fraction=0.5)
   grid = sweep.sweep_configs(base, [1e-3, 2e-3], [0.01])
   assert grid[0].seed == grid[1].seed
   program = sweep.make_sweep_program(grid, 2, 100, str(tmp_path / 's'))
@@ -452,7 +455,7 @@ def test_bfloat16_is_refused_before_any_process_where_it_cannot_run(
   and exit status 2 before any node starts, not inside a node. (Where they
   work there is nothing to refuse; the message itself is tested on every CPU
   in test_networks.py.)"""
-  from acme_impala import networks  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import networks  # pylint: disable=g-import-not-at-top
   if networks.bfloat16_probe() is None:
     pytest.skip('bfloat16 runs on this CPU: nothing to refuse.')
   logdir = str(tmp_path / 'bf16')

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from acme_impala import progress
+from acme_impala.launch import progress
 
 LEARNER_COLUMNS = ['actor_steps', 'learner_steps', 'policy_lag_mean',
                    'timestamp']

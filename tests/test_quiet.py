@@ -43,7 +43,7 @@ def test_without_silence_the_noise_is_there(unsilenced):
 
 
 def test_silence_removes_the_noise_in_this_process():
-  err = _stderr('from acme_impala import quiet\nquiet.silence()\n' + _WORK)
+  err = _stderr('from acme_impala.host import quiet\nquiet.silence()\n' + _WORK)
   for noise in NOISE:
     assert noise not in err, (noise, err)
 
@@ -57,7 +57,7 @@ def test_exec_started_node_processes_silence_themselves():
 
 
 def test_a_users_own_tensorflow_log_level_wins():
-  err = _stderr('from acme_impala import quiet\nquiet.silence()\n' + _WORK,
+  err = _stderr('from acme_impala.host import quiet\nquiet.silence()\n' + _WORK,
                 {'TF_CPP_MIN_LOG_LEVEL': '0'})
   assert 'Could not load dynamic library' in err
   assert 'Gym has been unmaintained' not in err

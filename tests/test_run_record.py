@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from acme_impala import config as config_lib
-from acme_impala import configs
-from acme_impala import run_record
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import presets
+from acme_impala.distributed import run_record
 
 
 def _record(logdir, *configs_):
@@ -17,9 +17,9 @@ def _record(logdir, *configs_):
       {'max_actor_steps': 1000, 'num_actors': 2}))
 
 
-@pytest.mark.parametrize('name', configs.CONFIG_NAMES)
+@pytest.mark.parametrize('name', presets.names())
 def test_configs_round_trip_through_json(tmp_path, name):
-  config = configs.get_config(name).replace(mlp_hidden_sizes=(7, 5),
+  config = presets.get_config(name).replace(mlp_hidden_sizes=(7, 5),
                                             kl_threshold=0.25)
   _record(str(tmp_path), config)
   with open(os.path.join(tmp_path, 'config.json')) as f:
@@ -33,7 +33,7 @@ def test_configs_round_trip_through_json(tmp_path, name):
 
 
 def test_record_holds_options_versions_and_commit(tmp_path):
-  _record(str(tmp_path), configs.get_config('cartpole'))
+  _record(str(tmp_path), presets.get_config('cartpole'))
   record = run_record.read_record(str(tmp_path))
   assert record['options'] == {'max_actor_steps': 1000, 'num_actors': 2}
   assert record['versions']['tensorflow'] == '2.8.4'
@@ -45,7 +45,7 @@ def test_record_holds_options_versions_and_commit(tmp_path):
 
 
 def test_restore_differences_name_each_changed_field(tmp_path):
-  config = configs.get_config('cartpole')
+  config = presets.get_config('cartpole')
   _record(str(tmp_path), config)
   record = run_record.read_record(str(tmp_path))
   changed = config.replace(learning_rate=0.01, network='mlp_lstm',
@@ -60,7 +60,7 @@ def test_restore_differences_name_each_changed_field(tmp_path):
 
 
 def test_restore_accepts_run_options_and_mechanics(tmp_path):
-  config = configs.get_config('cartpole')
+  config = presets.get_config('cartpole')
   _record(str(tmp_path), config)
   # The annealing horizon comes from the budget: the given (not effective)
   # configs are compared, so a new budget passes.
@@ -73,7 +73,7 @@ def test_records_older_than_the_engine_field_ran_gymnasium(tmp_path):
   """A record written before `env_engine` existed ran the gymnasium
   engine: it restores as such, whatever today's default, and a restore
   asking for EnvPool names the change."""
-  config = configs.get_config('cartpole').replace(env_engine='gymnasium')
+  config = presets.get_config('cartpole').replace(env_engine='gymnasium')
   _record(str(tmp_path), config)
   path = os.path.join(tmp_path, 'config.json')
   with open(path) as f:
@@ -93,7 +93,7 @@ def test_records_older_than_the_engine_field_ran_gymnasium(tmp_path):
 
 
 def test_sweep_differences_name_the_agent(tmp_path):
-  a = configs.get_config('cartpole').replace(replay_fraction=0.875)
+  a = presets.get_config('cartpole').replace(replay_fraction=0.875)
   _record(str(tmp_path), a, a.replace(learning_rate=1e-3))
   record = run_record.read_record(str(tmp_path))
   assert run_record.restore_differences(
@@ -106,7 +106,7 @@ def test_sweep_differences_name_the_agent(tmp_path):
 def test_missing_and_bad_records(tmp_path):
   logdir = str(tmp_path)
   assert run_record.read_record(logdir) is None
-  run_record.check_restore(logdir, [configs.get_config('cartpole')])
+  run_record.check_restore(logdir, [presets.get_config('cartpole')])
   with pytest.raises(ValueError, match='config.json does not exist'):
     run_record.load_config(logdir)
   with open(os.path.join(logdir, 'config.json'), 'w') as f:

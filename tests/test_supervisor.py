@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from acme_impala import supervisor
+from acme_impala.launch import supervisor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ['--config.batch_size=8', '--config.unroll_length=10',
@@ -340,7 +340,7 @@ def test_the_stop_line_says_why_in_the_users_words(tmp_path):
       'stopped by the user (Ctrl-C)')
   assert supervisor.stop_line(supervisor.SIGTERM, status) == (
       'SIGTERM received from outside the program')
-  from acme_impala import lifecycle  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import lifecycle  # pylint: disable=g-import-not-at-top
   stopped = []
   real_stop = lifecycle.lp.stop
   lifecycle.lp.stop = lambda: stopped.append(True)
@@ -362,8 +362,8 @@ def test_the_stop_line_says_why_in_the_users_words(tmp_path):
 
 
 def test_a_new_run_forgets_the_last_runs_table_sizes(tmp_path):
-  from acme_impala import lifecycle  # pylint: disable=g-import-not-at-top
-  from acme_impala import progress  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import lifecycle  # pylint: disable=g-import-not-at-top
+  from acme_impala.launch import progress  # pylint: disable=g-import-not-at-top
   status = tmp_path / 'status'
   status.mkdir()
   (status / 'tables-replay.json').write_text(

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from acme_impala import configs
-from acme_impala import sweep
+from acme_impala.agent import presets
+from acme_impala.distributed import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ['--config.batch_size=8', '--config.unroll_length=10',
@@ -64,7 +64,7 @@ def _walks_and_staleness(rows):
 
 
 def test_sweep_program_graph_shares_or_separates_replay(tmp_path):
-  base = configs.get_config('cartpole').replace(replay_fraction=0.5)
+  base = presets.get_config('cartpole').replace(replay_fraction=0.5)
   grid = sweep.sweep_configs(base, [1e-3, 2e-3], [0.01])
   shared = sweep.make_sweep_program(grid, 1, 100, str(tmp_path / 's'))
   separate = sweep.make_sweep_program(grid, 1, 100, str(tmp_path / 'p'),
@@ -76,7 +76,7 @@ def test_sweep_program_graph_shares_or_separates_replay(tmp_path):
 
 
 def test_sweep_validation_names_the_mismatch(tmp_path):
-  base = configs.get_config('cartpole').replace(replay_fraction=0.5)
+  base = presets.get_config('cartpole').replace(replay_fraction=0.5)
   other = base.replace(lstm_size=32)
   with pytest.raises(ValueError, match='lstm_size=32'):
     sweep.make_sweep_program([base, other], 1, 100, str(tmp_path / 'x'))
@@ -94,7 +94,7 @@ def test_sweep_validation_names_the_mismatch(tmp_path):
                              str(tmp_path / 'y'))
 
 
-# The README's LASER flags (section "LASER").
+# The README's LASER flags (also in docs/laser.md).
 README_LASER = ['--config.replay_fraction=0.875', '--config.kl_threshold=0.5',
                 '--config.entropy_on_online_only=true']
 
@@ -139,7 +139,7 @@ def test_readme_laser_command_on_the_default_config_reaches_its_budget(
       '--max_actor_steps=30000', f'--logdir={logdir}'])
   assert rc == 0, out[-4000:]
   assert 'stopping: the budget is reached' in out, out[-4000:]
-  config = configs.get_config('cartpole')
+  config = presets.get_config('cartpole')
   rows = _learner_rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
   _warm_up_then_mixed(rows, config.batch_size, config.batch_size // 8)
   _walks_and_staleness(rows)
@@ -156,7 +156,7 @@ def test_sweep_program_with_no_flags_reaches_its_budget(tmp_path):
   assert 'stopping: the budget is reached' in out, out[-4000:]
   assert 'for every agent' in out
   assert 'share_replay=True' in out
-  config = configs.get_config('cartpole')
+  config = presets.get_config('cartpole')
   for i, base_lr in enumerate((1e-3, 2e-3)):  # The program's default grid.
     agent = f'agent_{i}'
     assert (f'{agent}: learning_rate={base_lr} entropy_cost=0.01 '

@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
-from acme_impala import tf_calls
+from acme_impala.agent import tf_calls
 
 
 def test_results_equal_the_function_called_directly():

@@ -1,4 +1,4 @@
-"""Tests for acme_impala.trust_region (LASER's V-trace trust region).
+"""Tests for acme_impala.agent.trust_region (LASER's V-trace trust region).
 
 The implementation is checked against
   * a direct numpy evaluation of IMPALA eq. (3) / LASER eq. (9) and of
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from acme_impala import trust_region
-from acme_impala import vtrace
+from acme_impala.agent import trust_region
+from acme_impala.agent import vtrace
 
 RHO_BARS = [0.5, 1.0, 2.0, None]
 SHAPES = [(1, 1, 2), (5, 3, 4), (7, 2, 9)]

@@ -1,4 +1,4 @@
-"""Tests for acme_impala.vtrace.
+"""Tests for acme_impala.agent.vtrace.
 
 The implementation is checked against
   * trfl's V-trace (where trfl applies: c_bar = 1, lambda = 1, no mask),
@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import trfl
 
-from acme_impala import vtrace
+from acme_impala.agent import vtrace
 
 SHAPES = [(1, 1), (5, 3), (20, 32), (100, 4)]
 

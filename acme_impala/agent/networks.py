@@ -1,0 +1,578 @@
+"""IMPALA networks: Sonnet RNNCores returning ((logits, value), state).
+
+The architecture follows Figure 3 of the IMPALA paper: a torso (MLP for vector
+observations, the shallow 2-conv net or the deep 15-conv ResNet for Atari
+frames), whose output is concatenated with the one-hot previous action and the
+clipped previous reward, fed to an LSTM, then to policy and value heads.
+
+Observations follow Acme's convention: when wrapped by Acme's
+`ObservationActionRewardWrapper`, they are `OAR(observation, action, reward)`
+nests carrying the previous action and reward; a plain observation is also
+accepted (the network then sees the torso output only).
+
+`unroll` is what the learner uses: it folds time into batch for the torso
+(one big convolution/MLP call instead of T small ones) and runs only the LSTM's
+recurrence step by step (`lstm_unroll`, with a hand-written backward pass),
+resetting its state where a new episode starts inside the sequence, which is
+what the actor did when it generated the data.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from typing import Callable, Optional, Sequence, Tuple
+
+from acme.tf.networks import policy_value
+from acme.tf.networks import vision
+from acme.wrappers import observation_action_reward
+import sonnet as snt
+import tensorflow as tf
+
+from acme_impala.agent.config import TORSO_DTYPE_CHOICES
+from acme_impala.host import hardware
+
+OAR = observation_action_reward.OAR
+Logits = tf.Tensor
+Value = tf.Tensor
+
+
+def is_oar(inputs) -> bool:
+  """Whether `inputs` (values or specs) is an OAR nest. Duck-typed: nests
+  read back from a Reverb signature are namedtuples rebuilt by Reverb, not
+  Acme's OAR class."""
+  return all(hasattr(inputs, f) for f in OAR._fields)
+
+
+def _compiled_cast(dtype: tf.DType):
+  return tf.function(lambda x: tf.cast(x, dtype), jit_compile=True,
+                     autograph=False)
+
+
+# TF 2.8's own Cast kernel converts uint8 at ~0.6-0.9 ns per element on these
+# CPUs, XLA's at ~0.2-0.3: an Atari learner batch (21 x 32 stacks of
+# 84 x 84 x 4, 19 M elements) takes 11.7 ms one way and 4.3 ms the other.
+_FRAME_CASTS = {dtype: _compiled_cast(dtype)
+                for dtype in (tf.float32, tf.bfloat16)}
+
+
+def frames_to_float(frames: tf.Tensor, dtype: tf.DType = tf.float32
+                    ) -> tf.Tensor:
+  """[..., H, W, C] frames in `dtype` (float32 or bfloat16), values unscaled.
+
+  uint8 frames go through an XLA-compiled cast (a compiled cluster inside
+  whatever graph calls it: the learner's step, the actor's policy); other
+  dtypes through `tf.cast`.
+  """
+  frames = tf.convert_to_tensor(frames)
+  if frames.dtype == dtype:
+    return frames
+  if frames.dtype == tf.uint8:
+    return _FRAME_CASTS[dtype](frames)
+  return tf.cast(frames, dtype)
+
+
+@tf.custom_gradient
+def _add_bias_summed_in_float32(h, b):
+  """h [..., C] (bfloat16) + b [C] (float32), in h's dtype; b's gradient
+  summed in float32. TensorFlow's own bfloat16 gradients of a bias sum
+  hundreds of thousands of terms in bfloat16 (BiasAddGrad: 97 % off on a
+  learner batch's first-layer activations where it is not fused into the
+  convolution, 19 % on the linear layer in the learner's graph)."""
+
+  def grad(dh):
+    return dh, tf.reduce_sum(tf.cast(dh, tf.float32),
+                             axis=list(range(len(h.shape) - 1)))
+
+  return tf.nn.bias_add(h, tf.cast(b, h.dtype)), grad
+
+
+def _add_bias(h: tf.Tensor, b: tf.Variable) -> tf.Tensor:
+  if h.dtype == b.dtype:
+    return tf.nn.bias_add(h, b)
+  return _add_bias_summed_in_float32(h, b)
+
+
+def _onednn_on() -> bool:
+  return os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0').strip().lower() in (
+      '1', 'true')
+
+
+# The CPU units oneDNN runs bfloat16 convolutions on natively.
+BFLOAT16_UNITS = ('avx512_bf16', 'amx_bf16')
+
+
+def cpu_has_bfloat16_units(cpuinfo: Optional[str] = None) -> bool:
+  """Whether the CPU reports AVX-512 BF16 or AMX-BF16 units (Linux's
+  /proc/cpuinfo flags; False where it cannot be read)."""
+  return bool(hardware.cpu_flags(cpuinfo) & set(BFLOAT16_UNITS))
+
+
+# The probe: the torso's own operations (convolution, bias add, matmul,
+# their gradients, eagerly and in a graph, where oneDNN fuses them) on a
+# 6 x 6 image, compared with float32. Run in a new interpreter: a broken
+# kernel cannot take this process down, and a launcher that forks its nodes
+# must run no TensorFlow op before the fork (supervisor.py).
+_PROBE = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+
+def layers(x, w, b, v):
+  h = tf.nn.convolution(x, w, strides=2, padding='VALID')
+  h = tf.nn.relu(tf.nn.bias_add(h, b))
+  return tf.matmul(tf.reshape(h, [tf.shape(h)[0], -1]), v)
+
+def run(dtype, graph):
+  rng = np.random.default_rng(0)
+  args = [tf.constant(rng.uniform(0.5, 1.5, shape), dtype) for shape in
+          ([2, 6, 6, 3], [2, 2, 3, 4], [4], [36, 2])]
+  def f(*args):
+    with tf.GradientTape() as tape:
+      tape.watch(args)
+      out = layers(*args)
+    return [out] + tape.gradient(tf.reduce_sum(out), list(args))
+  outs = (tf.function(f) if graph else f)(*args)
+  return [tf.cast(o, tf.float32).numpy() for o in outs]
+
+names = ['output', 'input gradient', 'filter gradient', 'bias gradient',
+         'weight gradient']
+
+def check():
+  x, w = (tf.ones(shape, tf.bfloat16) for shape in ([2, 6, 6, 3], [2, 2, 3, 4]))
+  h = tf.nn.convolution(x, w, strides=2, padding='VALID')
+  if h.dtype != tf.bfloat16 or h.shape != (2, 3, 3, 4):
+    return (f'a bfloat16 convolution gives a {h.dtype.name} tensor of shape '
+            f'{h.shape.as_list()}, expected bfloat16 of shape [2, 3, 3, 4]')
+  for graph in (False, True):
+    where = 'in a graph' if graph else 'eagerly'
+    try:
+      got = run(tf.bfloat16, graph)
+    except Exception as error:
+      return (f'bfloat16 torso operations fail {where}: '
+              f'{type(error).__name__}: {str(error).splitlines()[0]}')
+    want = run(tf.float32, graph)
+    for name, g, w in zip(names, got, want):
+      if g.shape != w.shape:
+        return (f'bfloat16 torso operations {where} give {name} of shape '
+                f'{list(g.shape)}, expected {list(w.shape)}')
+      if not np.allclose(g, w, rtol=0.03, atol=0.03 * np.abs(w).max()):
+        return (f'bfloat16 torso operations {where} give {name} off by '
+                f'{np.abs(g - w).max():.3g} (float32 values up to '
+                f'{np.abs(w).max():.3g})')
+  return None
+
+try:
+  problem = check()
+except Exception as error:
+  problem = (f'a bfloat16 convolution fails: {type(error).__name__}: '
+             f'{str(error).splitlines()[0]}')
+print(json.dumps({'problem': problem}))
+"""
+
+
+# Set by a process whose probe passed, for the processes it starts (a local
+# program's nodes, forked or exec'd, run on the same CPU with the same
+# TensorFlow): the TF_ENABLE_ONEDNN_OPTS it passed with. A Kubernetes pod
+# does not inherit it and probes on its own node.
+BFLOAT16_PROBE_ENV = 'ACME_IMPALA_BFLOAT16_PASSED'
+_probe_results = {}
+
+
+def bfloat16_probe() -> Optional[str]:
+  """None when TensorFlow, as this process loads it (same interpreter, same
+  TF_ENABLE_ONEDNN_OPTS), computes the shallow torso's operations in
+  bfloat16 (forward and gradients, eagerly and in a graph) to within
+  bfloat16's precision of float32; otherwise what it did instead, e.g.
+  "a bfloat16 convolution gives a float32 tensor of shape [0], expected
+  bfloat16 of shape [2, 3, 3, 4]" (TF 2.8 on an AMD EPYC without AVX-512).
+
+  Asks what TensorFlow does rather than what the CPU's flags say, so a CPU
+  whose flags promise bfloat16 units but whose kernels misbehave is caught
+  too. Costs one interpreter importing TensorFlow (a few seconds), once per
+  process and not again in the processes it starts once it passed; a probe
+  that did not finish is not remembered (asked again next time).
+  """
+  onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0')
+  if os.environ.get(BFLOAT16_PROBE_ENV) == onednn:
+    return None
+  if onednn not in _probe_results:
+    problem, conclusive = run_bfloat16_probe()
+    if not conclusive:
+      return problem
+    _probe_results[onednn] = problem
+    if problem is None:
+      os.environ[BFLOAT16_PROBE_ENV] = onednn
+  return _probe_results[onednn]
+
+
+def run_bfloat16_probe(timeout_s: float = 120.) -> Tuple[Optional[str], bool]:
+  """The probe itself, in a new interpreter: (what went wrong or None,
+  whether the answer is conclusive: False when the probe timed out)."""
+  try:
+    done = subprocess.run(
+        [sys.executable, '-c', _PROBE], stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=timeout_s,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  except subprocess.TimeoutExpired:
+    return (f'the bfloat16 probe did not finish within {timeout_s:.0f} s '
+            '(a busy machine? try again)', False)
+  if done.returncode != 0:
+    # A kernel that kills its process is a kernel that cannot run.
+    how = (f'signal {-done.returncode}' if done.returncode < 0 else
+           f'exit status {done.returncode}')
+    last = (done.stderr.strip().splitlines() or [''])[-1]
+    return (f'the bfloat16 probe died ({how}){": " + last if last else ""}',
+            True)
+  try:
+    return json.loads(done.stdout.strip().splitlines()[-1])['problem'], True
+  except (IndexError, KeyError, ValueError):
+    return f'the bfloat16 probe printed {done.stdout[-200:]!r}', True
+
+
+def resolve_torso_dtype(torso_dtype: str, network: str) -> str:
+  """The compute dtype a torso runs in: `torso_dtype` itself, or for 'auto'
+  'bfloat16' when `network` is the shallow torso, oneDNN is on in this
+  process, the CPU has bfloat16 units (where it measured 1.25x faster per
+  learner step, docs/benchmarks.md#learner: on CPUs without them oneDNN
+  emulates bfloat16, slower, or TensorFlow has no kernel) and `bfloat16_probe` finds
+  TensorFlow's kernels right; else 'float32'."""
+  if torso_dtype != 'auto':
+    return torso_dtype
+  if (network == 'shallow' and _onednn_on() and cpu_has_bfloat16_units()
+      and bfloat16_probe() is None):
+    return 'bfloat16'
+  return 'float32'
+
+
+def validate_torso_dtype(torso_dtype: str) -> None:
+  """Raises ValueError, in one line, unless this process can run the torso
+  in `torso_dtype` ('auto' always can: it resolves to what runs).
+
+  bfloat16 needs TensorFlow 2.8's oneDNN kernels (loaded only with
+  TF_ENABLE_ONEDNN_OPTS=1, acme_impala's default, see __init__.py) and
+  kernels that compute right on this CPU (`bfloat16_probe`; on CPUs without
+  bfloat16 units TF 2.8's oneDNN convolution returns an empty tensor).
+  """
+  if torso_dtype not in TORSO_DTYPE_CHOICES:
+    raise ValueError(f'torso_dtype={torso_dtype!r}; expected one of '
+                     f'{TORSO_DTYPE_CHOICES}.')
+  if torso_dtype != 'bfloat16':
+    return
+  if not _onednn_on():
+    onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '0')
+    raise ValueError(
+        f"torso_dtype='bfloat16' needs TensorFlow's oneDNN kernels, but "
+        f'TF_ENABLE_ONEDNN_OPTS={onednn!r}; expected 1 (acme_impala\'s '
+        "default) or torso_dtype='float32'.")
+  problem = bfloat16_probe()
+  if problem is None:
+    return
+  flags = hardware.cpu_flags()
+  has = [unit for unit in BFLOAT16_UNITS if unit in flags]
+  units = (f"reports {' and '.join(has)}" if has else
+           f"has no {' or '.join(BFLOAT16_UNITS)} units")
+  raise ValueError(
+      f"torso_dtype='bfloat16' cannot run on this CPU ({hardware.cpu_model()}"
+      f', {units}): in TensorFlow {tf.__version__} {problem}; use '
+      "torso_dtype='float32', or 'auto', which picks bfloat16 only where it "
+      'runs.')
+
+
+class ShallowAtariTorso(snt.Module):
+  """The paper's shallow torso: conv 16×8×8/4, conv 32×4×4/2, linear 256.
+
+  Input [B, H, W, C] (uint8 frames are scaled to [0, 1]); output [B, 256],
+  float32.
+
+  `compute_dtype='bfloat16'` (or 'auto' resolved to it, see
+  `resolve_torso_dtype`) runs the three layers in bfloat16 (oneDNN's
+  kernels for the CPU's AVX-512 BF16 or AMX units) on float32 variables cast
+  per call: the optimiser, checkpoints and the actors' weights stay float32 and
+  everything after the torso (LSTM, heads, V-trace, loss) runs in float32.
+  """
+
+  def __init__(self, compute_dtype: str = 'float32',
+               name: str = 'shallow_atari_torso'):
+    super().__init__(name=name)
+    validate_torso_dtype(compute_dtype)
+    self._dtype = tf.as_dtype(resolve_torso_dtype(compute_dtype, 'shallow'))
+    layers = [
+        snt.Conv2D(16, [8, 8], stride=[4, 4], padding='VALID'),
+        tf.nn.relu,
+        snt.Conv2D(32, [4, 4], stride=[2, 2], padding='VALID'),
+        tf.nn.relu,
+        snt.Flatten(),
+        snt.Linear(256),
+        tf.nn.relu,
+    ]
+    # `_net` makes the variables (and is their path in checkpoints);
+    # `__call__` computes the same layers in the compute dtype.
+    self._net = snt.Sequential(layers)
+    self._parametrised = (layers[0], layers[2], layers[5])
+
+  def __call__(self, inputs: tf.Tensor) -> tf.Tensor:
+    inputs = tf.convert_to_tensor(inputs)
+    conv1, conv2, linear = self._parametrised
+    if 'w' not in vars(conv1):
+      # Sonnet makes a layer's variables in the dtype of its first input:
+      # float32 here, from one zero frame, whatever the compute dtype.
+      self._net(tf.zeros([1] + inputs.shape[1:].as_list(), tf.float32))
+    # Sonnet's Conv2D and Linear computations on the layers' own variables,
+    # cast to the compute dtype; for uint8 frames conv(x / 255, w) is
+    # computed as conv(x, w / 255): the scaling passes over the first layer's
+    # 1,024 weights, not over the frames or the layer's output.
+    conv1_w = conv1.w / 255. if inputs.dtype == tf.uint8 else conv1.w
+    h = frames_to_float(inputs, self._dtype)
+    for layer, w in ((conv1, conv1_w), (conv2, conv2.w)):
+      h = tf.nn.convolution(h, tf.cast(w, self._dtype), strides=layer.stride,
+                            padding=layer.conv_padding, dilations=layer.rate,
+                            data_format=layer.data_format)
+      h = tf.nn.relu(_add_bias(h, layer.b))
+    h = tf.reshape(h, [tf.shape(h)[0], -1])
+    h = tf.matmul(h, tf.cast(linear.w, self._dtype))
+    return tf.cast(tf.nn.relu(_add_bias(h, linear.b)), tf.float32)
+
+
+class DeepAtariTorso(vision.ResNetTorso):
+  """The paper's deep torso: 3 ResNet sections (16, 32, 32 channels), 15 convs,
+  then FC 256 and a ReLU.
+
+  Acme implements the ResNet (`acme.tf.networks.ResNetTorso`), but its final
+  `snt.nets.MLP` has no activation after its last layer, while Figure 3 of the
+  IMPALA paper (right) ends the torso with "FC 256, ReLU" before the LSTM, as
+  the shallow torso does. This subclass adds that ReLU and nothing else: same
+  variables, same variable names and checkpoint paths as `ResNetTorso`.
+
+  Input [B, H, W, C] (uint8 frames are scaled to [0, 1]); output [B, 256],
+  non-negative.
+  """
+
+  def __init__(self, name: str = 'resnet_torso'):
+    super().__init__(num_channels=(16, 32, 32), num_blocks=(2, 2, 2),
+                     num_output_hidden=(256,), name=name)
+
+  def __call__(self, inputs: tf.Tensor) -> tf.Tensor:
+    return tf.nn.relu(super().__call__(inputs))
+
+
+def deep_atari_torso() -> snt.Module:
+  """The paper's deep torso (Figure 3, right); see `DeepAtariTorso`."""
+  return DeepAtariTorso()
+
+
+def mlp_torso(hidden_sizes: Sequence[int]) -> snt.Module:
+  """MLP for vector observations. Input [B, ...] (flattened; any numeric
+  dtype, e.g. MinAtar's uint8 0/1 channels, cast to float32 unscaled);
+  output [B, hidden_sizes[-1]]."""
+  return snt.Sequential([
+      lambda x: tf.cast(x, tf.float32),
+      snt.Flatten(),
+      snt.nets.MLP(list(hidden_sizes), activate_final=True),
+  ])
+
+
+# Grappler folds an explicit Transpose into MatMul's transpose_b, and TF 2.8
+# runs [B, 4H] x [H, 4H]^T that way at about a third of the speed of the same
+# product on a transposed copy (0.44 vs 0.13-0.2 ms at B=32, H=256 here); a
+# transpose made inside a compiled cluster is out of Grappler's reach.
+_transpose_unfolded = tf.function(lambda w: tf.transpose(w),
+                                  jit_compile=True, autograph=False)
+
+
+def lstm_unroll(core: snt.LSTM, inputs: tf.Tensor, state: snt.LSTMState,
+                start_of_episode: Optional[tf.Tensor] = None
+                ) -> Tuple[tf.Tensor, snt.LSTMState]:
+  """`core` (a float32 snt.LSTM without projection) over a sequence.
+
+  Step t, from (h, c) = the state after step t-1, zeroed where
+  start_of_episode[t] (Sonnet's initial state):
+    [i, f, g, o] = inputs[t] w_i + h w_h + b
+    c_t = σ(f) c + σ(i) tanh(g),   h_t = σ(o) tanh(c_t)
+  which is `core(inputs[t], (h, c))` (b holds Sonnet's forget bias).
+
+  Args:
+    core: the LSTM whose variables (w_i [D, 4H], w_h [H, 4H], b [4H]) are
+      used; they must exist.
+    inputs: [T, B, D] float32, T static.
+    state: hidden and cell [B, H] entering step 0.
+    start_of_episode: optional [T, B] bool.
+
+  Returns:
+    (hidden states [T, B, H], state after step T-1).
+
+  The backward pass is written out rather than left to autodiff of T
+  `core` calls: the weights' gradients are one [T*B]-row matmul each instead
+  of T small ones and an AddN, the input projection and its gradient are
+  single matmuls, and the recurrent matmul of the backward pass runs on a
+  transposed copy of w_h (see `_transpose_unfolded`). Gradients flow to the
+  inputs, the weights and the initial state (not through a reset).
+  """
+  if core.projection is not None:
+    raise ValueError('lstm_unroll supports snt.LSTM without projection; '
+                     f'{core.name} has projection_size='
+                     f'{core.projection.shape[-1]}.')
+  num_steps = inputs.shape[0]
+  if num_steps is None:
+    raise ValueError('lstm_unroll needs a static time dimension.')
+  reset = None
+  if start_of_episode is not None:
+    reset = tf.unstack(tf.expand_dims(tf.cast(start_of_episode, tf.bool), -1),
+                       num=num_steps)  # T x [B, 1]
+
+  def kept(x, t):
+    # tf.where, not a multiplication by 0/1: a non-finite state (or
+    # gradient) is cleared by a reset, as the actor's zero state is clean.
+    return x if reset is None else tf.where(reset[t], tf.zeros_like(x), x)
+
+  @tf.custom_gradient
+  def run(inputs, hidden_0, cell_0, w_i, w_h, b):
+    batch_size = tf.shape(inputs)[1]
+    input_size, gates_size = inputs.shape[-1], w_h.shape[-1]
+    flat_inputs = tf.reshape(inputs, [-1, input_size])  # [T*B, D]
+    input_gates = tf.unstack(tf.reshape(
+        tf.matmul(flat_inputs, w_i) + b, [num_steps, batch_size, gates_size]),
+                             num=num_steps)
+    hidden, cell = hidden_0, cell_0
+    saved, outputs = [], []
+    for t in range(num_steps):
+      h_in, c_in = kept(hidden, t), kept(cell, t)
+      i, f, g, o = tf.split(input_gates[t] + tf.matmul(h_in, w_h), 4, axis=1)
+      i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), tf.tanh(g), tf.sigmoid(o)
+      cell = f * c_in + i * g
+      tanh_cell = tf.tanh(cell)
+      hidden = o * tanh_cell
+      saved.append((h_in, c_in, i, f, g, o, tanh_cell))
+      outputs.append(hidden)
+
+    def grad(d_outputs, d_hidden, d_cell):
+      # Zeros for an output nobody used (TF 2.8 passes zeros already).
+      d_hidden = tf.zeros_like(hidden) if d_hidden is None else d_hidden
+      d_cell = tf.zeros_like(cell) if d_cell is None else d_cell
+      if d_outputs is None:
+        d_outputs = tf.zeros([num_steps, batch_size, hidden.shape[-1]])
+      d_outputs = tf.unstack(d_outputs, num=num_steps)
+      w_h_t = _transpose_unfolded(w_h)
+      d_gates_t = [None] * num_steps
+      for t in reversed(range(num_steps)):
+        _, c_in, i, f, g, o, tanh_cell = saved[t]
+        d_h = d_hidden + d_outputs[t]
+        d_c = d_cell + d_h * o * (1. - tanh_cell * tanh_cell)
+        d_gates_t[t] = tf.concat([d_c * g * i * (1. - i),
+                                  d_c * c_in * f * (1. - f),
+                                  d_c * i * (1. - g * g),
+                                  d_h * tanh_cell * o * (1. - o)], axis=1)
+        d_hidden = kept(tf.matmul(d_gates_t[t], w_h_t), t)
+        d_cell = kept(d_c * f, t)
+      d_gates = tf.reshape(tf.stack(d_gates_t), [-1, gates_size])  # [T*B, 4H]
+      hidden_in = tf.reshape(tf.stack([s[0] for s in saved]),
+                             [-1, w_h.shape[0]])
+      d_inputs = tf.reshape(
+          tf.matmul(d_gates, _transpose_unfolded(w_i)),
+          [num_steps, batch_size, input_size])
+      return (d_inputs, d_hidden, d_cell,
+              tf.matmul(flat_inputs, d_gates, transpose_a=True),
+              tf.matmul(hidden_in, d_gates, transpose_a=True),
+              tf.reduce_sum(d_gates, axis=0))
+
+    return (tf.stack(outputs), hidden, cell), grad
+
+  outputs, hidden, cell = run(inputs, state.hidden, state.cell,
+                              core.input_to_hidden, core.hidden_to_hidden,
+                              core.b)
+  return outputs, snt.LSTMState(hidden=hidden, cell=cell)
+
+
+class IMPALANetwork(snt.RNNCore):
+  """Torso → [torso, one-hot a_{t-1}, clip(r_{t-1})] → LSTM → (logits, value).
+
+  __call__: inputs [B, ...], state → ((logits [B, A], value [B]), state).
+  unroll:   inputs [T, B, ...], state, start_of_episode [T, B] →
+            ((logits [T, B, A], values [T, B]), final state).
+  """
+
+  def __init__(self,
+               num_actions: int,
+               torso: snt.Module,
+               lstm_size: int = 256,
+               use_prev_action_reward: bool = True,
+               reward_clip: float = 1.0,
+               name: str = 'impala_network'):
+    super().__init__(name=name)
+    self._num_actions = num_actions
+    self._torso = torso
+    self._core = snt.LSTM(lstm_size)
+    self._head = policy_value.PolicyValueHead(num_actions)
+    self._use_prev_action_reward = use_prev_action_reward
+    self._reward_clip = reward_clip
+
+  @property
+  def num_actions(self) -> int:
+    return self._num_actions
+
+  def _embed(self, inputs) -> tf.Tensor:
+    """[B, ...] observation (or OAR) → [B, D] LSTM input."""
+    if is_oar(inputs):
+      features = self._torso(inputs.observation)
+      if not self._use_prev_action_reward:
+        return features
+      action = tf.one_hot(tf.cast(inputs.action, tf.int32), self._num_actions)
+      reward = tf.cast(inputs.reward, tf.float32)
+      # The paper feeds the clipped reward: unclipped rewards of Atari games
+      # span orders of magnitude and would dominate the LSTM input.
+      reward = tf.clip_by_value(reward, -self._reward_clip, self._reward_clip)
+      reward = tf.reshape(reward, [-1, 1])
+      return tf.concat([features, action, reward], axis=-1)
+    return self._torso(inputs)
+
+  def __call__(self, inputs, state: snt.LSTMState
+               ) -> Tuple[Tuple[Logits, Value], snt.LSTMState]:
+    embedding = self._embed(inputs)
+    output, new_state = self._core(embedding, state)
+    logits, value = self._head(output)
+    return (logits, value), new_state
+
+  def initial_state(self, batch_size: int, **unused_kwargs) -> snt.LSTMState:
+    return self._core.initial_state(batch_size)
+
+  def unroll(self, inputs, state: snt.LSTMState,
+             start_of_episode: Optional[tf.Tensor] = None
+             ) -> Tuple[Tuple[Logits, Value], snt.LSTMState]:
+    """Unrolls over a time-major sequence.
+
+    Args:
+      inputs: nest of [T, B, ...] observations (or OAR).
+      state: LSTM state at the start of the sequence, each part [B, H].
+      start_of_episode: optional [T, B] bool; where True the LSTM state is
+        reset to the initial (zero) state before that step, as the actor did.
+
+    Returns:
+      ((logits [T, B, A], values [T, B]), final state).
+    """
+    embeddings = snt.BatchApply(self._embed)(inputs)  # [T, B, D]
+    if embeddings.shape[0] is None:
+      raise ValueError('IMPALANetwork.unroll needs a static time dimension.')
+    if 'b' not in vars(self._core):
+      self._core(embeddings[0], state)  # Sonnet makes them on a first call.
+    outputs, state = lstm_unroll(self._core, embeddings, state,
+                                 start_of_episode)  # [T, B, H]
+    logits, values = snt.BatchApply(self._head)(outputs)
+    return (logits, values), state
+
+
+def make_network(config, num_actions: int) -> IMPALANetwork:
+  """Builds the network named by `config.network` (an IMPALAConfig)."""
+  torsos: dict = {
+      'mlp_lstm': lambda: mlp_torso(config.mlp_hidden_sizes),
+      'shallow': lambda: ShallowAtariTorso(config.torso_dtype),
+      'deep': deep_atari_torso,
+  }
+  if config.network not in torsos:
+    raise ValueError(f'Unknown network {config.network!r}; expected one of '
+                     f'{sorted(torsos)}.')
+  make_torso: Callable[[], snt.Module] = torsos[config.network]
+  return IMPALANetwork(
+      num_actions=num_actions,
+      torso=make_torso(),
+      lstm_size=config.lstm_size,
+      use_prev_action_reward=config.use_prev_action_reward)

@@ -1,0 +1,448 @@
+"""What each process of the program does: the Launchpad node classes.
+
+Nodes: `CounterNode` (the agent's Acme counter, checkpointed), `LearnerNode`
+(the learner, also the variable source; checkpoints), `ActorNode`
+(K environments acting with the latest weights), `EvaluatorNode` (current
+policy, no writes, logs episode returns) and `CoordinatorNode` (stops the
+program at the actor-step budget, over one agent's counter or a sweep's).
+`ReplayNode` is Launchpad's `ReverbNode` over the builder's tables,
+checkpointed into the run's directory.
+
+Every node gets its components from an `IMPALABuilder`, runs its loop
+through `lifecycle.run_guarded` and polls `lp.wait_for_stop`, so the program
+stops within seconds of the budget, a signal or a failure (lifecycle.py),
+with a final checkpoint. `options` is the agent's `program.RunOptions`.
+"""
+
+import json
+import os
+import time
+from typing import Mapping, Optional, Sequence, Tuple
+
+import acme
+from acme.tf import savers as tf2_savers
+from acme.utils import counting
+from absl import logging
+import launchpad as lp
+from launchpad import address as lp_address
+import numpy as np
+import reverb
+
+from acme_impala.agent import adders as adders_lib
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import loops
+from acme_impala.distributed import lifecycle
+from acme_impala.distributed import loggers as loggers_lib
+from acme_impala.envs import batched
+from acme_impala.envs import registry
+
+# Roles in seed derivation: each (agent, role, index) has its own stream.
+_ACTOR_ENV, _ACTOR_POLICY, _EVAL_ENV, _EVAL_POLICY = 1, 2, 3, 4
+
+
+def derive_seed(*parts: int) -> int:
+  """Independent, reproducible seeds for every node and environment."""
+  return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
+
+
+def node_seed(config, options, role: int, *index: int) -> int:
+  """The seed of one role of one agent: agents of a sweep share
+  `config.seed` but never a seed stream (their index is folded in), and a
+  node restarted by the supervisor does not replay its first life's
+  episodes (its restart count is folded in)."""
+  restart = lifecycle.restart_count()
+  return derive_seed(config.seed, options.agent_index, role, *index,
+                     *((restart,) if restart else ()))
+
+
+def _checkpointer(obj, key: str, options,
+                  period_minutes: float) -> tf2_savers.Checkpointer:
+  # Acme's Checkpointer restores the latest checkpoint in its directory on
+  # construction; program.prepare_run makes sure one exists only with
+  # --restore.
+  return tf2_savers.Checkpointer(
+      objects_to_save={key: obj},
+      directory=options.logdir,  # Acme appends 'checkpoints/<subdirectory>'.
+      subdirectory=options.label(key),
+      time_delta_minutes=period_minutes,
+      add_uid=False)
+
+
+def wait_for_variables(actor, label: str, timeout_s: float = 300.) -> bool:
+  """Blocks until the learner serves its weights; False if stopping first.
+
+  Learner calls do not wait for the server to be ready (so that they fail
+  instead of hanging once it has stopped); at start-up the learner may still
+  be building its network, so retry until it answers.
+  """
+  deadline = time.time() + timeout_s
+  while True:
+    try:
+      actor.update(wait=True)
+      return True
+    except Exception as error:  # pylint: disable=broad-except
+      if lp.wait_for_stop(0.5):
+        return False
+      if time.time() > deadline:
+        raise TimeoutError(f'{label}: the learner did not serve its variables '
+                           f'within {timeout_s:.0f} s') from error
+
+
+class ReplayNode(lp.ReverbNode):
+  """The Reverb server of the builder's tables, checkpointed into the run.
+
+  Launchpad's ReverbNode with Reverb's own checkpointer writing into
+  `<logdir>/checkpoints/replay`, on a timer and at stop. A server started on
+  a directory that holds a checkpoint loads the latest one (Reverb's
+  checkpointer does), so `--restore` brings the replay, and the queue, back
+  with their contents; the tables must be configured as when they were
+  saved. Runs through `lifecycle.run_guarded`: a failure names the node.
+  """
+
+  def __init__(self, make_tables, checkpoint_dir: str,
+               period_minutes: float, label: str, status_dir: str,
+               table_roles: Optional[Mapping[str, Tuple[str, str]]] = None):
+    super().__init__(make_tables)
+    self._make_tables = make_tables
+    self._checkpoint_dir = checkpoint_dir
+    self._period_s = period_minutes * 60.
+    self._label = label
+    self._status_dir = status_dir
+    self._table_roles = dict(table_roles or {})
+
+  @staticmethod
+  def _sizes(client: reverb.Client):
+    return {name: info.current_size
+            for name, info in client.server_info().items()}
+
+  @staticmethod
+  def _inserts(client: reverb.Client, server_info=None):
+    server_info = server_info or client.server_info()
+    return {name: int(info.rate_limiter_info.insert_stats.completed)
+            for name, info in server_info.items()}
+
+  def _write_tables(self, server_info) -> None:
+    """`<status_dir>/tables-<label>.json`: each table's role, size, capacity
+    and the size sampling waits for, for the launcher's progress line
+    (which reads files, not the server: progress.table_status)."""
+    tables = {}
+    for name, info in server_info.items():
+      role, unit = self._table_roles.get(name, (name, 'items'))
+      tables[name] = dict(
+          role=role, unit=unit, size=int(info.current_size),
+          max_size=int(info.max_size),
+          min_to_sample=int(info.rate_limiter_info.min_size_to_sample))
+    path = os.path.join(self._status_dir, f'tables-{self._label}.json')
+    os.makedirs(self._status_dir, exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+      json.dump(tables, f)
+    os.replace(path + '.tmp', path)
+
+  @property
+  def _ledger_path(self) -> str:
+    # Beside Reverb's checkpoint directory, not in it.
+    return self._checkpoint_dir.rstrip('/') + '_inserts.json'
+
+  def _write_ledger(self, at_checkpoint, latest, clean=False) -> None:
+    """Inserts counted at the last checkpoint and now, in this server's life:
+    if it dies, the next life knows how many items went with it."""
+    tmp = self._ledger_path + '.tmp'
+    with open(tmp, 'w') as f:
+      json.dump({'checkpoint': at_checkpoint, 'latest': latest,
+                 'clean': clean}, f)
+    os.replace(tmp, self._ledger_path)
+
+  def _report_lost(self) -> None:
+    """Counts and logs what the previous life inserted after its last
+    checkpoint: those items died with it (never silent)."""
+    try:
+      with open(self._ledger_path) as f:
+        ledger = json.load(f)
+    except (OSError, ValueError):
+      return
+    lost = {name: latest - ledger['checkpoint'].get(name, 0)
+            for name, latest in ledger['latest'].items()}
+    if not ledger.get('clean'):
+      logging.warning(
+          '%s: items inserted after the previous server\'s last checkpoint '
+          'were lost with it: %s (counted up to 1 s before it ended).',
+          self._label, lost)
+    else:
+      logging.info('%s: the previous server ended at a checkpoint; nothing '
+                   'it held was lost.', self._label)
+
+  def run(self):
+    def loop():
+      os.makedirs(os.path.dirname(self._ledger_path), exist_ok=True)
+      self._report_lost()
+      server = reverb.Server(
+          tables=self._make_tables(),
+          port=lp_address.get_port_from_address(
+              self.reverb_address.resolve()),
+          checkpointer=reverb.checkpointers.DefaultCheckpointer(
+              path=self._checkpoint_dir))
+      client = server.localhost_client()
+      sizes = self._sizes(client)
+      if any(sizes.values()):
+        logging.info('%s: restored tables from %s: %s', self._label,
+                     self._checkpoint_dir, sizes)
+      at_checkpoint = self._inserts(client)
+      last_checkpoint = time.time()
+      try:
+        while not lp.wait_for_stop(1.0):
+          if time.time() - last_checkpoint >= self._period_s:
+            # Read before the checkpoint: what it holds is at least this.
+            at_checkpoint = self._inserts(client)
+            client.checkpoint()
+            last_checkpoint = time.time()
+          # One server_info call a second serves the ledger and the sizes.
+          server_info = client.server_info()
+          self._write_ledger(at_checkpoint,
+                             self._inserts(client, server_info))
+          self._write_tables(server_info)
+      finally:
+        # Writers may still insert while the checkpoint is taken: the saved
+        # sizes lie between the sizes read before and after it.
+        before = self._sizes(client)
+        at_checkpoint = self._inserts(client)
+        path = client.checkpoint()
+        self._write_ledger(at_checkpoint, at_checkpoint, clean=True)
+        logging.info('%s: checkpointed tables %s to %s (sizes when it ended: '
+                     '%s).', self._label, before, path, self._sizes(client))
+        server.stop()
+    lifecycle.run_guarded(self._label, self._status_dir, loop)
+
+
+class CounterNode(counting.Counter):
+  """The agent's Acme Counter, checkpointed on a timer and at stop.
+
+  Its state is a few numbers, so it is saved every few seconds whatever the
+  config's period: a counter restarted after a crash loses at most those
+  seconds of counts (the budget then runs that much longer).
+  """
+
+  _PERIOD_MINUTES = 5 / 60
+
+  def __init__(self, options, checkpoint_period_minutes: float):
+    super().__init__()
+    self._options = options
+    self._checkpointer = _checkpointer(
+        self, 'counter', options,
+        min(checkpoint_period_minutes, self._PERIOD_MINUTES))
+
+  def run(self):
+    def loop():
+      try:
+        while not lp.wait_for_stop(1.0):
+          self._checkpointer.save()
+      finally:
+        self._checkpointer.save(force=True)
+        # The run's totals, which no learner restart rolls back: what
+        # benchmarks/faults.py balances produced against learned with.
+        logging.info('%s: final counts %s.', self._options.label('counter'),
+                     {k: int(v) for k, v in sorted(self.get_counts().items())})
+    lifecycle.run_guarded(self._options.label('counter'),
+                          self._options.status_dir, loop)
+
+
+class LearnerNode:
+  """IMPALALearner serving variables over courier, checkpointing, stoppable."""
+
+  def __init__(self, builder: builder_lib.IMPALABuilder,
+               replay: reverb.Client, counter: counting.Counter, options):
+    self._options = options
+    network = builder.make_network()
+    iterator = builder.make_dataset_iterator(
+        replay.server_address, should_stop=lifecycle.stop_requested)
+    self._learner = builder.make_learner(
+        network, iterator,
+        counter=counting.Counter(
+            lifecycle.Retrying(counter, 'learner -> counter'), 'learner'),
+        logger=loggers_lib.make_logger(
+            options.label('learner'), options.logdir,
+            steps_key='learner_steps',
+            terminal_time_delta=5.0, csv_time_delta=1.0,
+            tensorboard_time_delta=1.0))
+    # Checkpoint the TF state (network, optimiser, step), not the Python
+    # object: Acme's Checkpointer would call Learner.save() otherwise.
+    self._checkpointer = _checkpointer(
+        self._learner.state, 'learner', options,
+        builder.config.checkpoint_period_minutes)
+    logging.info('learner: starting at learner step %d.',
+                 self._learner.num_steps)
+
+  def get_variables(self, names):
+    return self._learner.get_variables(names)
+
+  def run(self):
+    def loop():
+      first = True
+      try:
+        while not lp.wait_for_stop(0):
+          try:
+            self._learner.step()
+          except StopIteration:
+            break  # The program is stopping (builder.BackgroundIterator).
+          if first:
+            # benchmarks/startup.py times the launch to this line.
+            logging.info('learner: first step done (learner step %d).',
+                         self._learner.num_steps)
+            first = False
+          self._checkpointer.save()
+      finally:
+        self._checkpointer.save(force=True)
+        logging.info('learner: checkpointed at learner step %d.',
+                     self._learner.num_steps)
+    lifecycle.run_guarded(self._options.label('learner'),
+                          self._options.status_dir, loop)
+
+
+class ActorNode:
+  """`envs_per_actor` environments acting with the latest learner weights."""
+
+  def __init__(self, builder: builder_lib.IMPALABuilder, replay: reverb.Client,
+               variable_source: acme.VariableSource,
+               counter: counting.Counter, actor_id: int, options):
+    config = builder.config
+    self._label = options.label(f'actor_{actor_id}')
+    self._options = options
+    k = config.envs_per_actor
+    seeds = [node_seed(config, options, _ACTOR_ENV, actor_id, j)
+             for j in range(k)]
+    self._batched = builder.batched_acting
+    if self._batched:
+      self._env = batched.make_batched_environment(
+          config.env_id, seeds, engine=config.env_engine,
+          num_threads=config.env_threads)
+    else:
+      self._env = registry.make_environment(config.env_id, seed=seeds[0])
+    network = builder.make_network()
+    self._adder = builder.make_adder(replay, num_envs=k, batched=self._batched)
+    self._actor = builder.make_actor(
+        network, self._adder, variable_source,
+        seed=node_seed(config, options, _ACTOR_POLICY, actor_id), num_envs=k,
+        batched=self._batched)
+    self._counter = counting.Counter(
+        lifecycle.Retrying(counter, f'{self._label} -> counter'), 'actor',
+        time_delta=1.0)
+    self._logger = loggers_lib.make_logger(
+        self._label, options.logdir, steps_key='actor_steps',
+        terminal_time_delta=10.0, csv_time_delta=0.0,
+        tensorboard_time_delta=1.0)
+
+  def _close_adder(self):
+    adders_lib.close_adder(self._adder)
+
+  def run(self):
+    # A writer blocked on a full queue (the learner has stopped) only returns
+    # when its stream is closed: close it as soon as a stop is requested.
+    lp.register_stop_handler(self._close_adder)
+
+    def loop():
+      # Wait for the learner's weights: acting with the random initial
+      # weights of this process would write useless off-policy data.
+      if not wait_for_variables(self._actor, self._label):
+        return
+      try:
+        if self._batched:
+          loops.BatchedEnvironmentLoop(
+              self._env, self._actor, self._counter, self._logger).run(
+                  should_stop=lambda: lp.wait_for_stop(0))
+        else:
+          acme.EnvironmentLoop(self._env, self._actor, self._counter,
+                               self._logger).run()
+      finally:
+        self._close_adder()
+        lp.unregister_stop_handler(self._close_adder)
+        self._logger.close()
+        self._env.close()
+    lifecycle.run_guarded(self._label, self._options.status_dir, loop)
+
+
+class EvaluatorNode:
+  """Evaluates the current policy in rounds and logs each episode's return.
+
+  A round plays `options.eval_episodes` episodes at once, one per
+  environment, with one batched policy call per step and the weights
+  fetched at its start (`loops.evaluation_episodes`); the node then waits
+  `options.eval_interval_s`. One row per episode in the evaluator's logs, so
+  a round's rows are one weight version's returns. No writes to Reverb.
+  """
+
+  def __init__(self, builder: builder_lib.IMPALABuilder,
+               variable_source: acme.VariableSource,
+               counter: counting.Counter, options):
+    config = builder.config
+    self._options = options
+    self._interval_s = options.eval_interval_s
+    k = options.eval_episodes
+    self._env = batched.make_batched_environment(
+        config.env_id,
+        [node_seed(config, options, _EVAL_ENV, j) for j in range(k)],
+        engine=config.env_engine, num_threads=config.env_threads,
+        evaluation=True)
+    self._actor = builder.make_actor(
+        builder.make_network(), None, variable_source,
+        seed=node_seed(config, options, _EVAL_POLICY), num_envs=k,
+        batched=True)
+    self._counter = lifecycle.Retrying(
+        counter, f'{options.label("evaluator")} -> counter')
+    self._logger = loggers_lib.make_logger(
+        options.label('evaluator'), options.logdir, steps_key='actor_steps',
+        terminal_time_delta=0.0)
+
+  def run(self):
+    def loop():
+      try:
+        while not lp.wait_for_stop(0):
+          if not wait_for_variables(self._actor,
+                                    self._options.label('evaluator')):
+            break
+          rows = loops.evaluation_episodes(
+              self._env, self._actor, should_stop=lambda: lp.wait_for_stop(0))
+          if rows is None:
+            break
+          counts = self._counter.get_counts()
+          for row in rows:
+            row['actor_steps'] = counts.get('actor_steps', 0)
+            row['learner_steps'] = counts.get('learner_steps', 0)
+            self._logger.write(row)
+          # Evaluation shares the cores with acting and learning: pace it.
+          if lp.wait_for_stop(self._interval_s):
+            break
+      finally:
+        self._logger.close()
+        self._env.close()
+    lifecycle.run_guarded(self._options.label('evaluator'),
+                          self._options.status_dir, loop)
+
+
+class CoordinatorNode:
+  """Stops the program once every agent's actors have taken
+  `max_actor_steps` steps (one counter per agent)."""
+
+  def __init__(self, counters: Sequence[counting.Counter],
+               max_actor_steps: int, status_dir: str):
+    self._counters = list(counters)
+    self._max = max_actor_steps
+    self._status_dir = status_dir
+
+  def run(self):
+    def loop():
+      while not lp.wait_for_stop(0.5):
+        try:
+          steps = [c.get_counts().get('actor_steps', 0)
+                   for c in self._counters]
+        except Exception as error:  # pylint: disable=broad-except
+          # A counter node may still be starting.
+          logging.warning('coordinator: counter not reachable yet (%s).',
+                          error)
+          continue
+        if min(steps) >= self._max:
+          reason = (f'the budget is reached: {min(steps):,} actor steps >= '
+                    f'max_actor_steps={self._max:,}' +
+                    (' for every agent' if len(steps) > 1 else ''))
+          logging.info('coordinator: %s; stopping the program.', reason)
+          lifecycle.stop_program(self._status_dir, reason)
+          return
+    lifecycle.run_guarded('coordinator', self._status_dir, loop)

@@ -1,0 +1,361 @@
+"""The distributed agent as a Launchpad program graph: wiring only.
+
+Two steps, kept apart:
+  - `prepare_run` does everything with a side effect or a judgement:
+    validation (every bad value fails here, before any process starts), the
+    configs' run-dependent values (the learning-rate annealing horizon from
+    the step budget, the f = 1 warning), the run directory, the environment
+    spec. It returns a `PreparedRun`.
+  - `build_program(run)` is pure: it only builds the `lp.Program`, so any
+    process can call it (twice, in two processes) and get the same graph.
+One agent's nodes are added by `add_agent_nodes`; a single agent and a LASER
+sweep (several agents, one shared replay or one each) are the same code.
+Launching is `launch/local.py`; what each node does is `nodes.py`.
+"""
+
+import dataclasses
+import functools
+import os
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
+
+from acme import specs
+from absl import logging
+import launchpad as lp
+import tensorflow as tf
+
+from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import config as config_lib
+from acme_impala.agent import networks
+from acme_impala.distributed import lifecycle
+from acme_impala.distributed import nodes
+from acme_impala.distributed import run_record
+from acme_impala.envs import batched
+from acme_impala.envs import registry
+
+# Fields that fix the format of a trajectory: agents sharing a replay table
+# must agree on them (one Reverb signature for the table).
+DATA_FIELDS = ('env_id', 'network', 'mlp_hidden_sizes', 'lstm_size',
+               'use_prev_action_reward', 'unroll_length',
+               'record_policy_version')
+# Courier calls to a node that has already stopped must fail, not hang: a
+# stuck call would outlive Launchpad's termination notice and get the whole
+# program killed. The counter may still be starting when first called, so its
+# calls wait for it, but only for a few seconds.
+LEARNER_CLIENT_KWARGS = dict(call_timeout=5, wait_for_ready=False)
+COUNTER_CLIENT_KWARGS = dict(call_timeout=5, wait_for_ready=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """Where and how long one agent runs (not hyperparameters)."""
+  logdir: str
+  max_actor_steps: int
+  num_actors: int = 2
+  restore: bool = False
+  evaluator: bool = True
+  # Seconds between evaluation rounds, and episodes per round (played at
+  # once, one per environment, with one weight version).
+  eval_interval_s: float = 2.0
+  eval_episodes: int = 10
+  # Agent name within a sweep ('' for a single agent): prefixes node labels,
+  # log directories and checkpoint subdirectories.
+  agent: str = ''
+  # Agent index within a sweep: folded into every seed of the agent.
+  agent_index: int = 0
+
+  def label(self, name: str) -> str:
+    return f'{self.agent}/{name}' if self.agent else name
+
+  def group(self, role: str) -> str:
+    return f'{self.agent}_{role}' if self.agent else role
+
+  @property
+  def status_dir(self) -> str:
+    return os.path.join(self.logdir, 'status')
+
+  @property
+  def checkpoint_dir(self) -> str:
+    return os.path.join(self.logdir, 'checkpoints')
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRun:
+  """One agent of a prepared run: its final config and options."""
+  config: config_lib.IMPALAConfig
+  options: RunOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedRun:
+  """Everything `build_program` needs; made by `prepare_run`."""
+  name: str
+  agents: Tuple[AgentRun, ...]
+  environment_spec: specs.EnvironmentSpec
+  share_replay: bool = True
+
+  @property
+  def status_dir(self) -> str:
+    return self.agents[0].options.status_dir
+
+
+def has_checkpoint(checkpoint_dir: str, agent: str = '') -> bool:
+  learner_dir = os.path.join(checkpoint_dir, agent, 'learner')
+  return tf.train.latest_checkpoint(learner_dir) is not None
+
+
+def validate_run(config: config_lib.IMPALAConfig, options: RunOptions,
+                 check_checkpoints: bool = True) -> None:
+  """Fails before any process starts, naming the bad value.
+
+  `check_checkpoints`: whether the logdir's checkpoints must agree with
+  `options.restore` (a launcher checks; a node process rebuilding the graph
+  of a running program must not, since the run has checkpoints by then).
+  """
+  # The config's own rules ran when it was made (config.validate(): a
+  # frozen dataclass); here what depends on this installation and CPU.
+  registry.validate_environment_id(config.env_id)
+  batched.validate_engine(config.env_id, config.env_engine)
+  networks.validate_torso_dtype(config.torso_dtype)
+  if options.num_actors < 1:
+    raise ValueError(f'num_actors={options.num_actors!r} is invalid: '
+                     'expected an integer >= 1.')
+  if options.eval_episodes < 1:
+    raise ValueError(f'eval_episodes={options.eval_episodes!r} is invalid: '
+                     'an evaluation round needs at least 1 episode.')
+  if options.max_actor_steps < 1:
+    raise ValueError(f'max_actor_steps={options.max_actor_steps!r} is '
+                     'invalid: expected an integer >= 1.')
+  if not options.logdir:
+    raise ValueError('logdir must be a non-empty path.')
+  if not check_checkpoints:
+    return
+  exists = has_checkpoint(options.checkpoint_dir, options.agent)
+  if options.restore and not exists:
+    raise ValueError(f'restore=True but there is no learner checkpoint under '
+                     f'{options.checkpoint_dir!r}; run without restore first.')
+  if not options.restore and exists:
+    raise ValueError(f'logdir {options.logdir!r} already holds checkpoints; '
+                     'pass restore=True (--restore) to resume, or choose a '
+                     'new logdir.')
+
+
+def validate_shared_replay(configs: Sequence[config_lib.IMPALAConfig]) -> None:
+  """Agents writing one replay table must agree on its format and size."""
+  first = configs[0]
+  for i, config in enumerate(configs[1:], start=1):
+    for field in DATA_FIELDS + ('replay_capacity', 'min_replay_size'):
+      if getattr(config, field) != getattr(first, field):
+        raise ValueError(
+            f'agent_{i}: {field}={getattr(config, field)!r} differs from '
+            f'agent_0 ({getattr(first, field)!r}); agents sharing one '
+            'replay must agree on the trajectory format and the replay.')
+    # Whole episodes ('recompute') or trajectories: one kind of item.
+    if config.replays_episodes != first.replays_episodes or (
+        first.replays_episodes and config.replay_max_episode_steps !=
+        first.replay_max_episode_steps):
+      raise ValueError(
+          f'agent_{i}: replay_core_state={config.replay_core_state!r} '
+          f'(replay_max_episode_steps={config.replay_max_episode_steps}) '
+          f'differs from agent_0 ({first.replay_core_state!r}, '
+          f'{first.replay_max_episode_steps}); a shared replay holds either '
+          "whole episodes ('recompute') or trajectories ('stored', "
+          "'burn_in'), the same for every agent.")
+
+
+def prepare_config(config: config_lib.IMPALAConfig, max_actor_steps: int,
+                   label: str = '') -> config_lib.IMPALAConfig:
+  """The config as it runs for a budget: the annealing horizon is set from
+  the budget (`IMPALAConfig.learner_steps_for`), torso_dtype='auto' resolved
+  in this process (`networks.resolve_torso_dtype`: the launcher's record
+  says which ran wherever the nodes run on the launcher's kind of CPU, as
+  under local_mp; a Kubernetes pod resolves it again on its own node), and
+  f = 1 is warned about."""
+  if config.replay_fraction == 1.0:
+    logging.warning(
+        '%sreplay_fraction=1: the learner sees no online data. LASER '
+        '(Schmitt et al. 2019, Proposition 2) shows that learning only from '
+        'replayed off-policy data with truncated importance weights can '
+        'converge to a wrong policy; expect degraded results.',
+        f'{label}: ' if label else '')
+  config = config.replace(torso_dtype=networks.resolve_torso_dtype(
+      config.torso_dtype, config.network))
+  return config.with_annealing_horizon(max_actor_steps)
+
+
+def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
+                logdir: str,
+                max_actor_steps: int,
+                num_actors: int = 2,
+                restore: bool = False,
+                evaluator: bool = True,
+                eval_episodes: int = RunOptions.eval_episodes,
+                share_replay: bool = True,
+                name: Optional[str] = None,
+                environment_spec: Optional[specs.EnvironmentSpec] = None,
+                launcher: bool = True,
+                run_options: Optional[Mapping[str, Any]] = None
+                ) -> PreparedRun:
+  """Validates a run of one or several agents and makes its directory.
+
+  One config is a single agent (node labels without prefix); several are a
+  sweep, agent i labelled `agent_<i>`, all in one Reverb server, sharing one
+  replay table when `share_replay`. Raises ValueError (ConfigError) naming
+  the bad value before anything is created.
+
+  A launcher also writes the run's record, `<logdir>/config.json`
+  (`run_record`: the configs, these options and `run_options`, e.g. the
+  program's flags, versions, commit); with `restore` it first refuses
+  changed hyperparameters, naming each (`run_record.check_restore`).
+
+  `launcher=False` is for a process that runs one node of a program its
+  launcher already prepared (a Kubernetes pod): the same validation of
+  values, but no check of the logdir's checkpoints against `restore`, no
+  directory made, no record written and no failure record cleared.
+  """
+  configs = list(configs)
+  if not configs:
+    raise ValueError('A run needs at least one agent config.')
+  logdir = os.path.abspath(logdir) if logdir else logdir
+  sweep = len(configs) > 1
+  agents: List[AgentRun] = []
+  for i, config in enumerate(configs):
+    options = RunOptions(
+        logdir=logdir, max_actor_steps=max_actor_steps,
+        num_actors=num_actors, restore=restore, evaluator=evaluator,
+        eval_episodes=eval_episodes, agent=f'agent_{i}' if sweep else '',
+        agent_index=i)
+    validate_run(config, options, check_checkpoints=launcher)
+    agents.append(AgentRun(
+        prepare_config(config, max_actor_steps, options.agent), options))
+  if sweep and share_replay:
+    validate_shared_replay([a.config for a in agents])
+  for a in agents[1:]:
+    if a.config.env_id != agents[0].config.env_id:
+      raise ValueError(f'{a.options.agent}: env_id={a.config.env_id!r} '
+                       f'differs from agent_0 ({agents[0].config.env_id!r}); '
+                       'the agents of one run share one environment.')
+  if launcher and restore:
+    run_record.check_restore(logdir, configs)
+  if environment_spec is None:
+    environment_spec = registry.environment_spec(configs[0].env_id)
+  name = name or ('laser_sweep' if sweep else 'impala')
+  if launcher:
+    os.makedirs(logdir, exist_ok=True)
+    lifecycle.clear_run_status(agents[0].options.status_dir)
+    run_record.write_record(logdir, run_record.make_record(
+        configs, [a.config for a in agents],
+        dict(name=name, logdir=logdir, max_actor_steps=max_actor_steps,
+             num_actors=num_actors, restore=restore, evaluator=evaluator,
+             eval_episodes=eval_episodes, share_replay=share_replay,
+             **(run_options or {}))))
+  return PreparedRun(name=name,
+                     agents=tuple(agents), environment_spec=environment_spec,
+                     share_replay=share_replay)
+
+
+def _guarded(constructor, key: str, options: RunOptions):
+  """A node constructor whose failure stops the program, naming the node."""
+  return lifecycle.guarded_constructor(constructor, options.label(key),
+                                       options.status_dir)
+
+
+def add_agent_nodes(program: lp.Program, builder: builder_lib.IMPALABuilder,
+                    replay, options: RunOptions):
+  """Adds one agent's counter, learner, actors and evaluator to `program`.
+
+  `replay` is the handle of the Reverb node holding the agent's tables.
+  Returns the counter's handle (for the coordinator).
+  """
+  config = builder.config
+  with program.group(options.group('counter')):
+    counter = program.add_node(lp.CourierNode(
+        _guarded(nodes.CounterNode, 'counter', options), options,
+        config.checkpoint_period_minutes))
+  counter.set_client_kwargs(**COUNTER_CLIENT_KWARGS)
+  with program.group(options.group('learner')):
+    learner = program.add_node(lp.CourierNode(
+        _guarded(nodes.LearnerNode, 'learner', options), builder, replay,
+        counter, options))
+  learner.set_client_kwargs(**LEARNER_CLIENT_KWARGS)
+  with program.group(options.group('actor')):
+    for i in range(options.num_actors):
+      program.add_node(lp.CourierNode(
+          _guarded(nodes.ActorNode, f'actor_{i}', options), builder, replay,
+          learner, counter, i, options))
+  if options.evaluator:
+    with program.group(options.group('evaluator')):
+      program.add_node(lp.CourierNode(
+          _guarded(nodes.EvaluatorNode, 'evaluator', options), builder,
+          learner, counter, options))
+  return counter
+
+
+def make_builders(run: PreparedRun) -> List[builder_lib.IMPALABuilder]:
+  """One builder per agent, with the run's table names."""
+  if len(run.agents) == 1:
+    return [builder_lib.IMPALABuilder(run.agents[0].config,
+                                      run.environment_spec)]
+  return [builder_lib.IMPALABuilder.for_sweep_agent(
+      agent.config, run.environment_spec, i, run.share_replay)
+          for i, agent in enumerate(run.agents)]
+
+
+def build_program(run: PreparedRun) -> lp.Program:
+  """The Launchpad program of a prepared run. Pure: no side effect.
+
+  Nodes: `replay` (one Reverb server with every agent's tables; one per
+  agent when a sweep does not share its replay), each agent's `counter`,
+  `learner`, `actor` × num_actors and `evaluator` (`add_agent_nodes`; group
+  names prefixed `agent_<i>_` in a sweep), and one `coordinator` that stops
+  the program once every agent reached the budget.
+  """
+  builders = make_builders(run)
+  program = lp.Program(name=run.name)
+
+  def replay_node(server_builders, label):
+    options = run.agents[0].options
+    roles = {}
+    for b in server_builders:
+      roles.update(b.table_roles(
+          f'agent_{b.agent_id} ' if len(run.agents) > 1 else ''))
+      if run.share_replay and len(run.agents) > 1 and b.uses_replay:
+        # One table under one name, whichever agent described it last.
+        roles[b.replay_table] = ('shared replay', roles[b.replay_table][1])
+    return nodes.ReplayNode(
+        functools.partial(builder_lib.make_server_tables, server_builders,
+                          run.share_replay),
+        checkpoint_dir=os.path.join(options.checkpoint_dir, label),
+        period_minutes=min(b.config.checkpoint_period_minutes
+                           for b in server_builders),
+        label=label, status_dir=run.status_dir, table_roles=roles)
+
+  with program.group('replay'):
+    if run.share_replay:
+      replays = [program.add_node(replay_node(builders, 'replay'))
+                 ] * len(builders)
+    else:
+      replays = [program.add_node(replay_node([b], f'replay_{i}'))
+                 for i, b in enumerate(builders)]
+  counters = [add_agent_nodes(program, b, replay, a.options)
+              for b, replay, a in zip(builders, replays, run.agents)]
+  with program.group('coordinator'):
+    program.add_node(lp.CourierNode(
+        lifecycle.guarded_constructor(nodes.CoordinatorNode, 'coordinator',
+                                      run.status_dir),
+        counters, run.agents[0].options.max_actor_steps, run.status_dir))
+  return program
+
+
+def make_program(config: config_lib.IMPALAConfig,
+                 num_actors: int,
+                 max_actor_steps: int,
+                 logdir: str,
+                 restore: bool = False,
+                 evaluator: bool = True,
+                 environment_spec: Optional[specs.EnvironmentSpec] = None
+                 ) -> lp.Program:
+  """The single-agent IMPALA program: `prepare_run` then `build_program`."""
+  return build_program(prepare_run(
+      [config], logdir, max_actor_steps, num_actors=num_actors,
+      restore=restore, evaluator=evaluator,
+      environment_spec=environment_spec))

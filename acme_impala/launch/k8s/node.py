@@ -1,0 +1,239 @@
+"""The entry of every pod: runs one node of the program, then exits with a
+status the Job controller acts on.
+
+  python -m acme_impala.launch.k8s.node --group=<group> --run_name=<run> \\
+      --attempt=<id> <the flags of programs/impala_lp.py>
+
+The node's index is $JOB_COMPLETION_INDEX (set by an Indexed Job) unless
+`--index` is given. Every pod rebuilds the same program with the pure
+`program.build_program` and computes the same address map (DNS names of the
+run's pods, `naming.address_map`), or takes it from `--cluster_spec`, a JSON
+object {group: ["host:port", ...]}.
+
+Exit statuses (the contract with the Job's podFailurePolicy):
+  0    the program stopped (budget reached, or `impala_k8s.py stop`);
+  143  SIGTERM without a program stop (preemption, eviction, a deleted pod):
+       the Job replaces the pod, which resumes the node;
+  3    (`NODE_FAILED_EXIT`) the node failed; its message is written to the
+       termination log, and the Job fails instead of retrying a bug;
+  2    bad flags (no node was started).
+The program's stop reaches every pod through the marker
+`<logdir>/status/stop-<attempt>` on the shared volume: `lp.stop()` in any
+pod writes it, every pod watches for it. A new attempt id (each `apply`)
+gives a re-applied run a marker of its own.
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from acme_impala.host import quiet
+quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from acme_impala.distributed import lifecycle
+from acme_impala.launch import config_flags
+from acme_impala.launch import program_flags
+from acme_impala.launch.k8s import manifests
+from acme_impala.launch.k8s import naming
+
+NODE_FAILED_EXIT = manifests.NODE_FAILED_EXIT
+SIGTERM_EXIT = 128 + signal.SIGTERM
+BAD_FLAGS_EXIT = 2
+STOP_MARKER_PREFIX = 'stop-'
+
+FLAGS = flags.FLAGS
+program_flags.define()
+flags.DEFINE_string('group', None, 'The Launchpad group of this node.')
+flags.DEFINE_integer('index', None,
+                     'Index within the group; default $JOB_COMPLETION_INDEX.')
+flags.DEFINE_string('run_name', None, 'The run (prefix of every object).')
+flags.DEFINE_string('attempt', 'default',
+                    'Id of this launch of the run; names the stop marker.')
+flags.DEFINE_string('cluster_spec', None,
+                    'JSON {group: ["host:port", ...]} overriding the DNS '
+                    'address map.')
+flags.DEFINE_string('termination_log', '/dev/termination-log',
+                    'Where a failed node writes its message for Kubernetes.')
+flags.DEFINE_float('stop_poll_s', 1.0, 'How often the stop marker is read.')
+
+
+def stop_marker(logdir: str, attempt: str) -> str:
+  return os.path.join(logdir, 'status', STOP_MARKER_PREFIX + attempt)
+
+
+def write_stop_marker(logdir: str, attempt: str, reason: str) -> str:
+  path = stop_marker(logdir, attempt)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tmp = f'{path}.{os.getpid()}.tmp'
+  with open(tmp, 'w') as f:
+    f.write(f'{reason} at {time.strftime("%Y-%m-%dT%H:%M:%S%z")}\n')
+  os.replace(tmp, path)
+  return path
+
+
+class _Node:
+  """One pod's node, its stop marker and its exit status."""
+
+  def __init__(self, title: str, logdir: str, attempt: str):
+    self._title = title
+    self._logdir = logdir
+    self._attempt = attempt
+    self._marker = stop_marker(logdir, attempt)
+    self._running = threading.Event()
+
+  def stopper(self):
+    """`lp.stop()` here: stops every pod of the attempt, then this one."""
+    why = lifecycle.read_stop_reason(os.path.join(self._logdir, 'status'))
+    write_stop_marker(self._logdir, self._attempt,
+                      f'lp.stop() in {self._title}' +
+                      (f' ({why})' if why else ''))
+    logging.info('%s: wrote the stop marker %s.', self._title, self._marker)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  def watch(self, poll_s: float, notice_s: float, termination_log: str):
+    """Turns the marker into this process's SIGTERM (Launchpad's stop), and
+    ends the process if the node outlives the termination notice.
+
+    Launchpad's own deadline is a Python signal handler, which never runs
+    while the main thread is blocked in C++ (a Reverb writer waiting for a
+    server that has stopped); this thread's `os._exit` always does.
+    """
+    import launchpad as lp  # pylint: disable=g-import-not-at-top
+    self._running.set()
+    stopping = threading.Event()
+
+    def deadline():
+      stopping.wait()
+      time.sleep(notice_s + 2)
+      code, why = self.exit_status(termination_log)
+      logging.warning('%s: still running %.0f s after the stop; exiting with '
+                      'status %d (%s).', self._title, notice_s + 2, code, why)
+      print(f'{self._title}: exiting with status {code} ({why}; the node '
+            'did not stop within the termination notice).', flush=True)
+      _exit(code)
+
+    def loop():
+      while not os.path.exists(self._marker) and not stopping.is_set():
+        time.sleep(poll_s)
+      if not stopping.is_set():
+        logging.info('%s: program stop (%s); stopping.', self._title,
+                     self._marker)
+        os.kill(os.getpid(), signal.SIGTERM)
+        stopping.set()
+
+    lp.register_stop_handler(stopping.set)
+    threading.Thread(target=deadline, daemon=True, name='deadline').start()
+    threading.Thread(target=loop, daemon=True, name='stop-marker').start()
+
+  def exit_status(self, termination_log: str):
+    failure = lifecycle.failure_here()
+    if failure:
+      try:
+        with open(termination_log, 'w') as f:
+          f.write(failure[:4000])
+      except OSError:
+        pass
+      return NODE_FAILED_EXIT, failure
+    if os.path.exists(self._marker):
+      return 0, 'the program stopped'
+    if not self._running.is_set():
+      return 1, 'the node did not start'
+    return SIGTERM_EXIT, 'SIGTERM without a program stop'
+
+
+def _exit(code: int) -> None:
+  sys.stdout.flush()
+  sys.stderr.flush()
+  # Servers' and TensorFlow's non-daemon threads must not keep a finished
+  # pod alive.
+  os._exit(code)  # pylint: disable=protected-access
+
+
+def _bad_flags(message: str) -> None:
+  print(f'acme_impala.launch.k8s.node: error: {message}', file=sys.stderr)
+  _exit(BAD_FLAGS_EXIT)
+
+
+def main(argv, overrides):
+  if len(argv) > 1:
+    _bad_flags(f'unexpected arguments {argv[1:]}')
+  index = FLAGS.index
+  if index is None:
+    text = os.environ.get('JOB_COMPLETION_INDEX', '')
+    if not text.isdigit():
+      _bad_flags('no --index and $JOB_COMPLETION_INDEX is '
+                 f'{text or "unset"!r}; expected a node index.')
+    index = int(text)
+  if not FLAGS.group:
+    _bad_flags('--group is required.')
+  if not FLAGS.logdir:
+    _bad_flags('--logdir is required (the run\'s shared volume).')
+  if not naming.is_dns_label(FLAGS.attempt):
+    _bad_flags(f'--attempt={FLAGS.attempt!r}: expected a DNS label.')
+  # Imports that pull TensorFlow come after the flags are checked.
+  from launchpad import context as lp_context  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.launch import node_runner  # pylint: disable=g-import-not-at-top
+  try:
+    run = program_flags.prepare(overrides, FLAGS.logdir, launcher=False)
+    program = program_lib.build_program(run)
+    if FLAGS.cluster_spec:
+      addresses = json.loads(FLAGS.cluster_spec)
+    else:
+      if not FLAGS.run_name:
+        raise ValueError('--run_name is required without --cluster_spec.')
+      addresses = naming.address_map(FLAGS.run_name,
+                                     node_runner.group_sizes(program))
+    title = f'{FLAGS.group}/{index}'
+    os.environ[lifecycle.NODE_TITLE_ENV] = title
+    node = _Node(title, run.agents[0].options.logdir, FLAGS.attempt)
+    node_runner.initialize_program(program,
+                               lp_context.LaunchType.LOCAL_MULTI_PROCESSING,
+                               node.stopper)
+    node_runner.bind_address_map(program, addresses)
+    if FLAGS.group not in program.groups or not 0 <= index < len(
+        program.groups[FLAGS.group]):
+      raise ValueError(f'no node {title!r} in the program; its groups: '
+                       f'{node_runner.group_sizes(program)}.')
+  except (ValueError, TypeError) as error:
+    _bad_flags(str(error))
+  logging.info('%s: starting (restart %d), addresses %s.', title,
+               lifecycle.restart_count(), addresses)
+  try:
+    node_runner.run_node(program, FLAGS.group, index,
+                     on_start=lambda: node.watch(
+                         FLAGS.stop_poll_s, FLAGS.lp_termination_notice_secs,
+                         FLAGS.termination_log))
+  except BaseException as error:  # pylint: disable=broad-except
+    logging.exception('%s: the node raised outside its guard.', title)
+    lifecycle.record_failure(run.status_dir, title, error)
+  code, why = node.exit_status(FLAGS.termination_log)
+  logging.info('%s: exiting with status %d (%s).', title, code, why)
+  print(f'{title}: exiting with status {code} ({why}).', flush=True)
+  _exit(code)
+
+
+def run():
+  argv, overrides_text = config_flags.split_config_overrides(sys.argv)
+  # As programs/impala_lp.py: time for the final checkpoint after a stop.
+  flags.FLAGS.set_default('lp_termination_notice_secs', 30)
+
+  def _main(argv):
+    try:
+      overrides = config_flags.parse_overrides(overrides_text)
+    except ValueError as error:
+      _bad_flags(str(error))
+    main(argv, overrides)
+
+  app.run(_main, argv=argv)
+
+
+if __name__ == '__main__':
+  run()

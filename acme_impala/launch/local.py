@@ -1,0 +1,150 @@
+"""Launching a built program and reporting how it ended.
+
+`launch_and_wait` launches an `lp.Program` (local_mp by default), waits for
+every node and turns the run's status directory into an exit status;
+`run_program` is the absl entry point shared by `programs/`.
+
+The programs call `quiet.silence()` before anything imports TensorFlow.
+"""
+
+import os
+import sys
+
+import launchpad as lp
+
+from acme_impala.distributed import lifecycle
+from acme_impala.launch import config_flags
+from acme_impala.launch import plots
+from acme_impala.launch import progress
+from acme_impala.launch import supervisor
+
+# Under the run's logdir: one output file per node process.
+NODE_LOGS = 'nodes'
+
+
+def launch_and_wait(program, logdir: str,
+                    launch_type: str = 'local_mp',
+                    restarts: str = '',
+                    termination_notice_s: float = 30.,
+                    start_method: str = 'fork',
+                    run=None,
+                    verbose: bool = False,
+                    progress_interval_s: float = 5.) -> int:
+  """Launches `program`, waits for every node, returns the exit status.
+
+  0 when the program stopped normally (step budget, Ctrl-C, SIGTERM) and
+  every lost node process was restarted; 1 with the failing node's message
+  when a node failed or a group exceeded its restart limit. Messages start
+  with the program's own name. `local_mp` runs under `supervisor.Supervisor`
+  (restarts per `restarts`, see `supervisor.parse_restart_policies`; node
+  processes forked from this one or Launchpad's exec'd commands per
+  `start_method`, see `supervisor.START_METHODS`); the thread-based launch
+  types (`local_mt`, `test_mt`) have no processes to
+  restart and use Launchpad's launcher.
+
+  Under `local_mp` each node's output goes to `<logdir>/nodes/`, and to the
+  terminal only when `verbose`. Given the `program.PreparedRun` it was built
+  from (`run`), the terminal shows a progress line every
+  `progress_interval_s` seconds and a summary at the end, and the run's
+  curves are drawn into `<logdir>/curves.png` (path printed) however it
+  ended.
+  """
+  name = program.name
+  logdir = os.path.abspath(logdir)
+  status_dir = os.path.join(logdir, 'status')
+  if launch_type == 'local_mp':
+    policies = supervisor.parse_restart_policies(restarts)
+    tracker, at_end = None, None
+    if run is not None:
+      tracker = progress.Progress(
+          logdir, run.agents[0].options.max_actor_steps,
+          agents=[a.options.agent for a in run.agents])
+      at_end = lambda: write_curves(logdir)
+    return supervisor.Supervisor(
+        program, status_dir, policies,
+        termination_notice_s=termination_notice_s,
+        start_method=start_method,
+        node_log_dir=os.path.join(logdir, NODE_LOGS), verbose=verbose,
+        progress=tracker, progress_interval_s=progress_interval_s,
+        at_end=at_end).run()
+  manager = lp.launch(program, launch_type=launch_type)
+  crashed = None
+  try:
+    manager.wait()
+  except Exception as error:  # pylint: disable=broad-except
+    # Thread-based launches re-raise a node's exception here.
+    crashed = error
+  failures = lifecycle.read_failures(status_dir)
+  if failures:
+    for message in failures:
+      print(f'{name}: {message}', flush=True)
+    print(f'{name}: details in {status_dir}', flush=True)
+    return 1
+  if crashed is not None:
+    print(f'{name}: a node crashed: {crashed!r}', flush=True)
+    return 1
+  print(f'{name}: all nodes stopped; exiting with status 0.', flush=True)
+  return 0
+
+
+def print_run_files(name: str, logdir: str) -> None:
+  """Where a run keeps what it records (before its nodes start)."""
+  print(f'{name}: config {os.path.join(logdir, "config.json")}; node output '
+        f'{os.path.join(logdir, NODE_LOGS)}/; TensorBoard: tensorboard '
+        f'--logdir {os.path.join(logdir, "tensorboard")}', flush=True)
+
+
+def write_curves(logdir: str) -> str:
+  """Draws <logdir>/curves.png; says where, or why not (a run that logged
+  nothing to draw: its exit status is the run's, not the picture's)."""
+  try:
+    return f'curves: {plots.write_run_curves(logdir)}'
+  except Exception as error:  # pylint: disable=broad-except
+    return f'no curves drawn: {error}'
+
+
+def run_program(name: str, main) -> None:
+  """absl entry point shared by programs/: strips --config.<field> flags,
+  sets Launchpad defaults, and exits 2 with one line on a bad override.
+
+  `main(argv, overrides)` returns the exit status.
+  """
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+
+  argv, overrides_text = config_flags.split_config_overrides(sys.argv)
+  flags.DEFINE_string(
+      'restarts', '',
+      'Restart limits per node role over the defaults (every role: 3 '
+      'restarts within 600 s), as ROLE=N[/SECONDS],...; roles: '
+      f'{", ".join(supervisor.ROLES)}. E.g. --restarts=actor=5/600,learner=0.'
+      ' A node process that dies without a program stop is restarted until '
+      'its limit is exceeded; then the program stops with status 1.')
+  flags.DEFINE_enum(
+      'node_start', 'fork', supervisor.START_METHODS,
+      'How local_mp starts each node process: fork this launcher, which has '
+      'imported everything already (start-up in seconds), or exec '
+      "Launchpad's process_entry.py command (a new interpreter per node).")
+  flags.DEFINE_bool(
+      'verbose', False,
+      'Also show every node\'s output in this terminal (prefixed with the '
+      'node); it always goes to <logdir>/nodes/<group>-<index>.log.')
+  flags.DEFINE_float(
+      'progress_interval_s', 5.,
+      'Seconds between progress lines (local_mp).', lower_bound=0.5)
+  flags.FLAGS.set_default('lp_launch_type', 'local_mp')
+  # A stop can arrive while the learner compiles its first step (10-20 s on
+  # 2 busy cores), which cannot be interrupted; Launchpad's default notice
+  # (10 s) would then kill the runtime instead of letting it checkpoint.
+  flags.FLAGS.set_default('lp_termination_notice_secs', 30)
+
+  def _main(argv):
+    try:
+      overrides = config_flags.parse_overrides(overrides_text)
+      supervisor.parse_restart_policies(flags.FLAGS.restarts)
+    except ValueError as error:
+      print(f'{name}: error: {error}', file=sys.stderr)
+      sys.exit(2)
+    sys.exit(main(argv, overrides))
+
+  app.run(_main, argv=argv)

@@ -1,0 +1,159 @@
+"""The training program's flags, declared once for every way of running it.
+
+`programs/impala_lp.py` (local launch; `laser_sweep_lp.py` is it with a
+sweep's defaults), `programs/impala_k8s.py` (manifests) and the Kubernetes
+pod entry (`k8s/node.py`) take the same flags and build the same program
+from them: `define()` declares them, `prepare()` turns them into a
+`PreparedRun` (one agent, or a LASER sweep when `--learning_rates` or
+`--entropy_costs` is given), `forward()` writes them back as arguments for a
+node process, which then rebuilds exactly the graph its launcher validated.
+"""
+
+import os
+import time
+from typing import Any, Dict, List
+
+from absl import flags
+
+from acme_impala.agent import presets
+from acme_impala.launch import config_flags
+
+FLAGS = flags.FLAGS
+# Default run directories live under the repository root.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES = ('config', 'num_actors', 'max_actor_steps', 'logdir', 'seed',
+         'restore', 'evaluator', 'eval_episodes', 'learning_rates',
+         'entropy_costs', 'share_replay')
+# LASER's replay fraction (Schmitt et al. 2019, Table 4), a sweep's default.
+SWEEP_REPLAY_FRACTION = 0.875
+# Flags of a launcher (launch.run_program, Launchpad) kept in the run's record.
+LAUNCHER_FLAGS = ('lp_launch_type', 'restarts', 'node_start', 'verbose',
+                  'progress_interval_s')
+
+
+def define() -> None:
+  flags.DEFINE_string('config', 'cartpole',
+                      f'A preset, one of {presets.names()} (configs/), or '
+                      'the path of a config file with get_config().')
+  flags.DEFINE_integer('num_actors', 2, 'Actor processes.')
+  # Enough for the default cartpole config to pass an evaluator average of
+  # 450: the slowest run measured got there at 675k steps (with the 2 x 32
+  # defaults 325k; docs/benchmarks.md#learning-the-default-cartpole-program).
+  # One to three minutes on 2 cores, by CPU.
+  flags.DEFINE_integer('max_actor_steps', 800_000,
+                       'Environment steps (summed over actors) to train for.')
+  flags.DEFINE_string('logdir', None,
+                      'Logs and checkpoints; default runs/impala-<time>.')
+  flags.DEFINE_integer('seed', None, 'Overrides config.seed.')
+  flags.DEFINE_bool('restore', False,
+                    'Resume from the checkpoints in --logdir.')
+  flags.DEFINE_bool('evaluator', True, 'Run an evaluator node.')
+  flags.DEFINE_integer('eval_episodes', 10,
+                       'Episodes per evaluation round, played at once with '
+                       'one weight version (one row each in the evaluator '
+                       'logs).')
+  # A LASER sweep (Schmitt et al. 2019, section 5.4): K agents in one
+  # program, one per (learning rate, entropy cost) pair.
+  flags.DEFINE_list('learning_rates', [],
+                    'A sweep: its learning rates. Given (or with '
+                    '--entropy_costs), the program trains one agent per '
+                    '(learning rate, entropy cost) pair, replay_fraction '
+                    f'defaulting to LASER\'s {SWEEP_REPLAY_FRACTION}.')
+  flags.DEFINE_list('entropy_costs', [],
+                    'A sweep: its entropy costs (see --learning_rates).')
+  flags.DEFINE_bool('share_replay', True,
+                    'A sweep: one replay table shared by all agents (else '
+                    'one each).')
+
+
+def is_sweep() -> bool:
+  return bool(FLAGS.learning_rates or FLAGS.entropy_costs)
+
+
+def default_logdir() -> str:
+  kind = 'laser' if is_sweep() else 'impala'
+  return os.path.join(_ROOT, 'runs', time.strftime(f'{kind}-%Y%m%d-%H%M%S'))
+
+
+def _floats(name: str) -> List[float]:
+  values = []
+  for text in FLAGS[name].value:
+    try:
+      values.append(float(text))
+    except ValueError:
+      raise ValueError(f'--{name}: {text!r} is not a number; expected '
+                       'comma-separated numbers, e.g. 1e-3,2e-3.') from None
+  return values
+
+
+def make_config(overrides: Dict[str, Any]):
+  """The named config with --seed and --config.<field> applied; raises
+  ValueError or TypeError naming a bad value."""
+  config = presets.get_config(FLAGS.config)
+  overrides = dict(overrides)
+  if FLAGS.seed is not None:
+    overrides['seed'] = FLAGS.seed
+  if is_sweep():
+    overrides.setdefault('replay_fraction', SWEEP_REPLAY_FRACTION)
+  return config.replace(**overrides)
+
+
+def make_configs(overrides: Dict[str, Any]):
+  """One config, or a sweep's grid (learning rate x entropy cost; a list
+  not given keeps the config's value)."""
+  base = make_config(overrides)
+  if not is_sweep():
+    return [base]
+  from acme_impala.distributed import sweep  # pylint: disable=g-import-not-at-top
+  grid = sweep.sweep_configs(
+      base, _floats('learning_rates') or [base.learning_rate],
+      _floats('entropy_costs') or [base.entropy_cost])
+  sweep.validate_sweep(grid)
+  return grid
+
+
+def record_options(overrides: Dict[str, Any]) -> Dict[str, Any]:
+  """What every program keeps in its run's record (`run_record`): the named
+  config, the overrides and the launcher's flags that are defined."""
+  return {'config_name': FLAGS.config,
+          'config_overrides': config_flags.format_overrides(overrides),
+          **{name: FLAGS[name].value for name in LAUNCHER_FLAGS
+             if name in FLAGS}}
+
+
+def run_options(overrides: Dict[str, Any]) -> Dict[str, Any]:
+  """How this run was asked for, for its record."""
+  if is_sweep():
+    return dict(record_options(overrides), seed_flag=FLAGS.seed,
+                learning_rates=FLAGS.learning_rates,
+                entropy_costs=FLAGS.entropy_costs)
+  return dict(record_options(overrides), seed_flag=FLAGS.seed)
+
+
+def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True):
+  """`program.prepare_run` of these flags (see its `launcher` argument)."""
+  from acme_impala.distributed import program  # pylint: disable=g-import-not-at-top
+  return program.prepare_run(
+      make_configs(overrides), logdir, FLAGS.max_actor_steps,
+      num_actors=FLAGS.num_actors, restore=FLAGS.restore,
+      evaluator=FLAGS.evaluator, eval_episodes=FLAGS.eval_episodes,
+      share_replay=FLAGS.share_replay,
+      name='laser_sweep' if is_sweep() else 'impala',
+      launcher=launcher,
+      run_options=run_options(overrides))
+
+
+def forward(overrides: Dict[str, Any], logdir: str) -> List[str]:
+  """These flags as arguments for a node process of the same program."""
+  args = [f'--config={FLAGS.config}', f'--num_actors={FLAGS.num_actors}',
+          f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
+          f'--restore={str(FLAGS.restore).lower()}',
+          f'--evaluator={str(FLAGS.evaluator).lower()}',
+          f'--eval_episodes={FLAGS.eval_episodes}']
+  if FLAGS.seed is not None:
+    args.append(f'--seed={FLAGS.seed}')
+  if is_sweep():
+    args += [f'--learning_rates={",".join(FLAGS.learning_rates)}',
+             f'--entropy_costs={",".join(FLAGS.entropy_costs)}',
+             f'--share_replay={str(FLAGS.share_replay).lower()}']
+  return args + config_flags.format_overrides(overrides)
