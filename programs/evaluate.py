@@ -49,8 +49,9 @@ flags.DEFINE_integer('seed', 0,
 flags.DEFINE_bool('greedy', False,
                   'Take the most likely action instead of sampling.')
 flags.DEFINE_integer('agent', 0,
-                     'Which agent of a LASER sweep run (programs/'
-                     'laser_sweep_lp.py) to evaluate; 0 for a single agent.')
+                     'Which agent of a LASER sweep run (impala_lp.py with '
+                     '--learning_rates/--entropy_costs) to evaluate; 0 for a '
+                     'single agent.')
 
 
 class UsageError(Exception):

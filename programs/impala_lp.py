@@ -10,7 +10,8 @@
 One agent is replay, learner, N actors and an evaluator. With
 --learning_rates and/or --entropy_costs the program is a LASER sweep: one
 agent per (learning rate, entropy cost) pair, sharing one replay
-(--noshare_replay: one each), replay_fraction defaulting to 0.875, logs under
+(--noshare_replay: one each), with LASER's defaults (replay_fraction 0.875,
+trust region kl_threshold 0.5, entropy on online rows), logs under
 <logdir>/logs/agent_<i>/. `--config` is a preset name or a config file;
 `--config.<field>=<value>` overrides any IMPALAConfig field. With no flags it
 runs a short CartPole training (a few minutes on 2 cores). Bad flags or

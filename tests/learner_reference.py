@@ -2,8 +2,8 @@
 
 Written from the IMPALA paper (Espeholt et al. 2018, eq. (1) and section 4.2),
 LASER's masked V-trace (Schmitt et al. 2019, eq. (8)) and the layout of Acme's
-SequenceAdder items, WITHOUT using acme_impala.vtrace, acme_impala.losses,
-acme_impala.learning or IMPALANetwork.unroll:
+SequenceAdder items, WITHOUT using acme_impala.agent.vtrace, acme_impala.agent.losses,
+acme_impala.agent.learning or IMPALANetwork.unroll:
 
   (i)   `step_network`: the Sonnet network called one step at a time,
         `network(inputs_t, state)`, with the LSTM state reset to

@@ -49,10 +49,11 @@ def _module_target(path):
 
 
 def _module_name_target(module):
-  """The target of an imported module name (`acme_impala.agent.config`)."""
+  """The target of an imported module name (`acme_impala.agent.config`,
+  a wing `acme_impala.envs`, the package `acme_impala.launch.k8s`)."""
   parts = module.split('.')
-  if parts[0] != 'acme_impala' or len(parts) < 3:
-    return None  # `import acme_impala` (lazy exports) or a wing itself.
+  if parts[0] != 'acme_impala' or len(parts) < 2:
+    return None  # `import acme_impala`: the lazy exports.
   if parts[1:3] == ['launch', 'k8s']:
     return 'launch/k8s'
   return '/'.join(parts[1:3])
@@ -70,8 +71,9 @@ def _imported_targets(path):
         # `from acme_impala.agent import config`: the module is a name; from
         # `acme_impala.agent.config import X`, the module itself.
         names = [f'{node.module}.{a.name}' for a in node.names]
-        names = [n if _module_name_target(n) and os.path.exists(os.path.join(
-            ROOT, n.replace('.', '/') + '.py')) else node.module
+        names = [n if os.path.exists(os.path.join(
+            ROOT, n.replace('.', '/') + '.py')) or os.path.isdir(
+                os.path.join(ROOT, n.replace('.', '/'))) else node.module
                  for n in names]
     elif isinstance(node, ast.Import):
       names = [a.name for a in node.names]
@@ -79,7 +81,9 @@ def _imported_targets(path):
       target = _module_name_target(name)
       if target is not None:
         found.add(target)
-      elif len(name.split('.')) == 1 and os.path.exists(
+        continue
+      elif path.startswith(('tests/', 'benchmarks/', 'programs/')) and (
+          len(name.split('.')) == 1) and os.path.exists(
           os.path.join(ROOT, os.path.dirname(path), name + '.py')
       ) and name != 'conftest':
         found.add(name)  # A helper module beside its importer (tests/,
@@ -126,6 +130,28 @@ def test_deps_are_the_imports():
   assert not wrong, 'BUILD deps differ from the imports:\n' + '\n'.join(wrong)
 
 
+def test_targets_are_unique_and_data_names_targets():
+  names = re.findall(r'py_\w+\(\s*name = "([\w/]+)"', _text())
+  assert len(names) == len(set(names)), sorted(
+      n for n in set(names) if names.count(n) > 1)
+  for data in re.findall(r'data = \[(.*?)\]', _text(), re.S):
+    for label in re.findall(r'"(:[\w/]+)"', data):
+      assert label[1:] in names, f'data {label} is no target'
+
+
+def test_design_doc_names_every_module():
+  """docs/design.md's table of layers lists every module of every wing
+  and every preset, so the map a newcomer reads is the territory."""
+  with open(os.path.join(ROOT, 'docs', 'design.md')) as f:
+    design = f.read()
+  missing = []
+  for path in _package_sources() + glob.glob('configs/*.py', root_dir=ROOT):
+    name = os.path.basename(path)
+    if name != '__init__.py' and f'`{name}`' not in design:
+      missing.append(path)
+  assert not missing, f'docs/design.md does not name {missing}'
+
+
 def test_module_targets_are_named_after_their_module():
   for name, (srcs, _) in _targets().items():
     for src in srcs:
@@ -167,15 +193,17 @@ def test_no_module_reaches_into_private_attributes():
 
 def test_only_the_builder_makes_tables_and_names_them():
   """Reverb tables, table names and datasets appear in agent/builder.py
-  only (agent/types.py holds the names)."""
+  and its data pipeline, agent/datasets.py, only (agent/types.py holds the
+  names)."""
   found = []
   for path in _package_sources():
-    if path in ('acme_impala/agent/builder.py', 'acme_impala/agent/types.py'):
+    if path in ('acme_impala/agent/builder.py', 'acme_impala/agent/datasets.py',
+                'acme_impala/agent/types.py'):
       continue
     for node in ast.walk(_parse(path)):
       if isinstance(node, ast.Attribute) and (
           node.attr in ('QUEUE_TABLE', 'REPLAY_TABLE', 'Table',
-                        'TrajectoryDataset')):
+                        'TrajectoryDataset', 'TimestepDataset')):
         found.append(f'{path}:{node.lineno} .{node.attr}')
   assert not found, found
 

@@ -412,3 +412,47 @@ def test_a_replay_that_stops_answering_is_checked_again_before_mixing():
                    [True, True, False, False]]
   assert seen == list(range(8))
   assert len(replays) == 2
+
+
+_INIT = r'''
+import hashlib, sys
+from acme import specs
+from acme_impala.agent import builder, presets
+from acme_impala.envs import registry
+def weights(seed):
+  config = presets.get_config('minatar')
+  spec = specs.make_environment_spec(registry.make_environment(config.env_id))
+  net = builder.IMPALABuilder(config, spec).make_network(seed=seed)
+  return hashlib.sha256(b''.join(v.numpy().tobytes()
+                                for v in net.variables)).hexdigest()
+if __name__ == '__main__':
+  print(' '.join(weights(int(s)) for s in sys.argv[1:]))
+'''
+
+
+def test_a_seeded_network_starts_from_the_same_weights_in_any_process():
+  """The learner's initial weights are a function of the seed alone (issue
+  37): a fresh process and this one, which has run many random ops, make
+  the same weights from one seed; another seed makes others."""
+  proc = subprocess.run([sys.executable, '-c', _INIT, '7', '8'],
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  fresh_7, fresh_8 = proc.stdout.split()[-2:]
+  namespace = {}
+  exec(_INIT, namespace)  # pylint: disable=exec-used
+  tf.random.normal([5])  # Random ops run before, as a learner process may.
+  assert namespace['weights'](7) == fresh_7
+  assert fresh_8 != fresh_7
+
+
+def test_the_learner_init_seed_is_the_config_seed_and_agent():
+  from acme_impala.distributed import nodes  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import program  # pylint: disable=g-import-not-at-top
+  config = config_lib.IMPALAConfig(seed=3)
+  options = program.RunOptions(logdir='/x', max_actor_steps=1)
+  seed = nodes.learner_init_seed(config, options)
+  assert seed == nodes.learner_init_seed(config, options)
+  assert seed != nodes.learner_init_seed(config.replace(seed=4), options)
+  assert seed != nodes.learner_init_seed(
+      config, program.RunOptions(logdir='/x', max_actor_steps=1,
+                                 agent='agent_1', agent_index=1))

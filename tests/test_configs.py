@@ -183,6 +183,22 @@ def test_a_config_file_must_return_an_impala_config(tmp_path):
   (tmp_path / 'none.py').write_text('x = 1\n')
   with pytest.raises(config_lib.ConfigError, match='no get_config'):
     presets.get_config(str(tmp_path / 'none.py'))
+  (tmp_path / 'broken.py').write_text('def get_config(:\n')
+  with pytest.raises(config_lib.ConfigError,
+                     match="'.*broken.py' failed to load: SyntaxError"):
+    presets.get_config(str(tmp_path / 'broken.py'))
+  (tmp_path / 'raises.py').write_text('def get_config():\n  return 1 / 0\n')
+  with pytest.raises(config_lib.ConfigError,
+                     match='raised ZeroDivisionError'):
+    presets.get_config(str(tmp_path / 'raises.py'))
+
+
+def test_preset_name_of_a_value():
+  assert presets.preset_name('atari') == 'atari'
+  assert presets.preset_name('configs/atari.py') == 'atari'
+  assert presets.preset_name(os.path.join(ROOT, 'configs', 'cartpole.py')) == (
+      'cartpole')
+  assert presets.preset_name('/elsewhere/atari.py') is None
 
 
 def test_a_non_editable_install_carries_the_presets(tmp_path):
@@ -212,3 +228,23 @@ def test_a_non_editable_install_carries_the_presets(tmp_path):
   assert folder == str(tmp_path / 'site' / 'acme_impala' / 'configs')
   assert "'atari'" in names and "'cartpole'" in names
   assert env_id.startswith('ALE/')
+
+
+MINATAR_GAMES = ('Asterix', 'Breakout', 'Freeway', 'Seaquest', 'SpaceInvaders')
+
+
+def test_minatar_preset_is_the_minatar_papers_torso_on_every_game():
+  """--config=minatar: the MinAtar paper's torso (network 'minatar', FC 128
+  into an LSTM of the same width with the last action and reward) on the
+  gymnasium engine (EnvPool has no MinAtar), valid for all five games."""
+  from acme_impala.envs import batched  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import registry  # pylint: disable=g-import-not-at-top
+  config = presets.get_config('minatar')
+  assert config.network == 'minatar' and config.lstm_size == 128
+  assert config.use_prev_action_reward
+  assert config.env_id == 'MinAtar/Breakout-v1'
+  assert config.env_engine == 'gymnasium'
+  for game in MINATAR_GAMES:
+    env_id = f'MinAtar/{game}-v1'
+    registry.validate_environment_id(env_id)
+    batched.validate_engine(env_id, config.replace(env_id=env_id).env_engine)

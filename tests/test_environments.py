@@ -529,6 +529,9 @@ def test_engine_errors_name_the_value():
   with pytest.raises(ValueError, match="'gpu'.*'gymnasium', 'envpool'"):
     batched.validate_engine('CartPole-v1', 'gpu')
   batched.validate_engine('ALE/Pong-v5', 'envpool')
+  # Made directly, a pool checks the id first (a typo is not an engine's).
+  with pytest.raises(ValueError, match="Unknown environment id 'CartPol-v1'"):
+    batched.EnvPoolBatch('CartPol-v1', 2)
   with pytest.raises(ValueError, match=r'int32\[2\] actions'):
     batched.EnvPoolBatch('CartPole-v1', 2).step(np.zeros(3, np.int32))
 

@@ -22,6 +22,7 @@ def _oar(obs, t_b):
 @pytest.mark.parametrize('name,obs_shape,dtype,lstm', [
     ('mlp_lstm', (4,), tf.float32, 32),
     ('mlp_lstm', (10, 10, 4), tf.uint8, 32),  # MinAtar-like channels.
+    ('minatar', (10, 10, 7), tf.uint8, 128),
     ('shallow', (84, 84, 4), tf.uint8, 256),
     ('deep', (84, 84, 4), tf.uint8, 256),
 ])
@@ -38,6 +39,33 @@ def test_output_shapes(name, obs_shape, dtype, lstm):
   (logits, values), _ = net.unroll(_oar(seq, [t, b]), state,
                                    tf.zeros((t, b), tf.bool))
   assert logits.shape == (t, b, 6) and values.shape == (t, b)
+
+
+@pytest.mark.parametrize('channels', [4, 6, 7, 10])  # The five games' C.
+def test_minatar_torso_is_the_minatar_papers(channels):
+  """Conv 16 x 3x3 stride 1 without padding, ReLU, FC 128, ReLU (Young and
+  Tian 2019): its parameter count, and its output computed by hand."""
+  torso = networks.minatar_torso()
+  rng = np.random.default_rng(0)
+  frames = (rng.random((2, 10, 10, channels)) < 0.3).astype(np.uint8)
+  out = torso(tf.constant(frames))
+  assert out.shape == (2, 128)
+  count = sum(int(v.shape.num_elements()) for v in torso.trainable_variables)
+  assert count == 16 * (9 * channels + 1) + 128 * (8 * 8 * 16 + 1)
+  conv, = [v for v in torso.trainable_variables if len(v.shape) == 4]
+  lin_w = [v for v in torso.trainable_variables if len(v.shape) == 2][0]
+  biases = sorted((v for v in torso.trainable_variables if len(v.shape) == 1),
+                  key=lambda v: v.shape[0])
+  conv_b, lin_b = biases
+  x = frames.astype(np.float64)
+  w = conv.numpy().astype(np.float64)  # [3, 3, C, 16]
+  h = np.zeros((2, 8, 8, 16))
+  for i in range(8):
+    for j in range(8):
+      h[:, i, j] = np.einsum('bxyc,xyco->bo', x[:, i:i + 3, j:j + 3], w)
+  h = np.maximum(h + conv_b.numpy(), 0).reshape(2, -1)
+  want = np.maximum(h @ lin_w.numpy() + lin_b.numpy(), 0)
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
 def test_deep_torso_has_15_conv_layers():

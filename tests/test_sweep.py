@@ -3,12 +3,16 @@ the README's LASER command and the sweep program on the default config),
 and two-agent sweeps sharing one replay."""
 
 import csv
+import json
 import os
+import shlex
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+import docs_commands
 
 from acme_impala.agent import presets
 from acme_impala.distributed import sweep
@@ -160,7 +164,7 @@ def test_sweep_program_with_no_flags_reaches_its_budget(tmp_path):
   for i, base_lr in enumerate((1e-3, 2e-3)):  # The program's default grid.
     agent = f'agent_{i}'
     assert (f'{agent}: learning_rate={base_lr} entropy_cost=0.01 '
-            'replay_fraction=0.875') in out
+            'replay_fraction=0.875 kl_threshold=0.5') in out
     rows = _learner_rows(os.path.join(logdir, 'logs', agent, 'learner',
                                       'logs.csv'))
     _warm_up_then_mixed(rows, config.batch_size, config.batch_size // 8)
@@ -169,3 +173,75 @@ def test_sweep_program_with_no_flags_reaches_its_budget(tmp_path):
                                base_lr, rtol=1e-6)
     assert os.path.exists(os.path.join(logdir, 'logs', agent, 'evaluator',
                                        'logs.csv'))
+
+
+# Builds (does not launch) the program of each argv, as impala_lp.py and a
+# Kubernetes pod do: the groups, the agents' configs and the arguments
+# forwarded to a node process, or the one-line error.
+_FLAGS_TO_PROGRAM = r'''
+import json, sys
+from absl import flags
+from acme_impala.distributed import program
+from acme_impala.launch import program_flags
+program_flags.define()
+FLAGS = flags.FLAGS
+def shape(argv):
+  FLAGS.unparse_flags()
+  FLAGS(['impala_lp'] + argv)
+  try:
+    run = program_flags.prepare({}, '/tmp/acme_impala_unused', launcher=False)
+    groups = {g: len(n) for g, n in program.build_program(run).groups.items()}
+    return {'groups': groups,
+            'agents': [[a.options.agent, a.config.learning_rate,
+                        a.config.entropy_cost, a.config.replay_fraction]
+                       for a in run.agents],
+            'forward': program_flags.forward({}, '/data/run')}
+  except ValueError as error:
+    return {'error': str(error)}
+shapes = []
+for argv in json.loads(sys.argv[1]):
+  if argv == 'FORWARDED':  # What the first run sends a node process.
+    argv = [a for a in shapes[0]['forward'] if not a.startswith('--logdir')]
+  shapes.append(shape(argv))
+print(json.dumps(shapes))
+'''
+
+
+def _shapes(argvs):
+  proc = subprocess.run([sys.executable, '-c', _FLAGS_TO_PROGRAM,
+                         json.dumps(argvs)], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_docs_sweep_command_builds_a_sweep_a_pod_rebuilds(tmp_path):
+  """docs/laser.md's sweep (train.sh = impala_lp.py with --learning_rates
+  and --noshare_replay): two agents, one replay each, LASER's replay
+  fraction, per-agent flags; the arguments forwarded to a node process build
+  the same graph. A one-agent grid and a config file a pod cannot read are
+  refused in one line."""
+  command, = [c for doc, c in docs_commands.documented_commands()
+              if doc == 'docs/laser.md' and '--learning_rates' in c]
+  flags_of_docs = [a for a in shlex.split(command) if a.startswith('--')]
+  mine = tmp_path / 'mine.py'
+  mine.write_text('from acme_impala.agent import presets\n'
+                  'def get_config():\n'
+                  '  return presets.get_config("cartpole")\n')
+  docs, again, one_agent, my_file, preset_path = _shapes([
+      flags_of_docs, 'FORWARDED', ['--learning_rates=1e-3'],
+      [f'--config={mine}'],
+      ['--config=configs/atari.py', '--learning_rates=1e-3,2e-3']])
+  assert docs['groups']['replay'] == 2, docs  # --noshare_replay.
+  assert docs['groups']['agent_0_actor'] == 1, docs  # --num_actors, each.
+  assert [a[0] for a in docs['agents']] == ['agent_0', 'agent_1']
+  cartpole = presets.get_config('cartpole')
+  assert [a[1:] for a in docs['agents']] == [
+      [1e-3, cartpole.entropy_cost, 0.875], [2e-3, cartpole.entropy_cost,
+                                             0.875]]
+  assert '--share_replay=false' in docs['forward']
+  assert again['groups'] == docs['groups'] and again['agents'] == docs[
+      'agents']
+  assert 'make 1 agent; a sweep needs at least 2' in one_agent['error']
+  assert 'cannot read a config file outside configs/' in my_file['error']
+  assert '--config=atari' in preset_path['forward']

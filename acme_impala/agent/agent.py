@@ -34,7 +34,7 @@ class IMPALA(acme.Actor):
   read without waiting: `num_online` new trajectories in the queue and, with
   replay, at least `min_replay_size` in the replay; until the replay has
   them, `batch_size` online trajectories (all-online batches, see
-  `builder.MixedBatches`). With replay_fraction = 1 (no queue) it takes one
+  `datasets.MixedBatches`). With replay_fraction = 1 (no queue) it takes one
   learner step per `num_replayed · unroll_length` environment steps, the
   rate at which new data enters the replay.
   """
@@ -96,7 +96,7 @@ class IMPALA(acme.Actor):
                     self._tables[builder.replay_table].can_sample(1))
     if builder.uses_queue:
       # The warm-up reads the queue num_online rows at a time (see
-      # builder.MixedBatches) until it holds batch_size: whole reads, or
+      # datasets.MixedBatches) until it holds batch_size: whole reads, or
       # what the queue can hold, so that no read waits out its timeout.
       warm_up = min(-(-cfg.batch_size // cfg.num_online) * cfg.num_online,
                     cfg.max_queue_size)

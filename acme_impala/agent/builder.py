@@ -137,8 +137,18 @@ class IMPALABuilder:
           'episodes' if self.replays_episodes else 'trajectories')
     return roles
 
-  def make_network(self) -> networks_lib.IMPALANetwork:
-    """A network with its variables created (same order in every process)."""
+  def make_network(self, seed: Optional[int] = None
+                   ) -> networks_lib.IMPALANetwork:
+    """A network with its variables created (same order in every process).
+
+    With `seed`, its initial weights are a function of the seed alone: the
+    global TensorFlow seed is set just before the variables are made (in
+    eager mode that also restarts the op-seed counter), so whatever random
+    ops this process ran before does not matter. The learner's network is
+    made so; the other processes' copies take the learner's weights.
+    """
+    if seed is not None:
+      tf.random.set_seed(seed)
     net = networks_lib.make_network(self._config,
                                     self._spec.actions.num_values)
     tf2_utils.create_variables(net, [self._spec.observations])

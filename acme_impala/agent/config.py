@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 from acme_impala.envs import engines
 
-NETWORKS = ('mlp_lstm', 'shallow', 'deep')
+NETWORKS = ('mlp_lstm', 'minatar', 'shallow', 'deep')
 # The compute dtype of the shallow torso's layers (networks.ShallowAtariTorso;
 # variables, LSTM, heads, V-trace and loss stay float32). See
 # docs/benchmarks.md#learner for what bfloat16 buys and what was checked.
@@ -32,7 +32,7 @@ OFF_POLICY_CORRECTIONS = ('vtrace', 'one_step_is', 'epsilon', 'none')
 #   'none': plain tf.function, no XLA.
 COMPILE_MODES = ('vtrace_and_optimizer', 'full', 'none')
 # How actors write trajectories (both write the same items, see adders.py):
-#   'trajectory': acme_impala.adders.TrajectoryAdder, one Reverb append per
+#   'trajectory': acme_impala.agent.adders.TrajectoryAdder, one Reverb append per
 #       item (fast);
 #   'acme_sequence': Acme's SequenceAdder(CONTINUE), two appends per step.
 ADDERS = ('trajectory', 'acme_sequence')
@@ -49,11 +49,12 @@ ADDERS = ('trajectory', 'acme_sequence')
 #   'stored': the state the actor recorded when it wrote the trajectory
 #       ("not viable", LASER Figure 4 right; kept for the comparison).
 REPLAY_CORE_STATES = ('recompute', 'burn_in', 'stored')
-# What steps an actor's environments (environments.make_batched_environment):
+# What steps an actor's environments (batched.make_batched_environment):
 #   'gymnasium': K Python gymnasium environments stepped one by one;
 #   'envpool': one EnvPool instance of K C++ environments, one call per step,
 #       same observations, episode ends and discounts (classic control and
-#       Atari; not MinAtar). The evaluator always uses gymnasium.
+#       Atari; not MinAtar). The evaluator uses the same engine; the
+#       single-process agent always uses gymnasium.
 ENV_ENGINES = engines.ENGINES
 
 

@@ -70,7 +70,7 @@ def export_policy(network: snt.RNNCore,
       state), with its variables created; the SavedModel holds their current
       values.
     environment_spec: the spec of the environment the network acts in; an
-      OAR observation (environments.make_environment's default) is fed from
+      OAR observation (registry.make_environment's default) is fed from
       the `observation`, `prev_action` and `prev_reward` inputs, a plain one
       from `observation` alone (the other two are then ignored).
     directory: where to write; created if needed.

@@ -466,7 +466,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     self._last_time = end
 
     # Where this step's rows came from: all online while LASER's replay
-    # warms up (builder.MixedBatches), then B(1-f) and Bf; the counter keeps
+    # warms up (datasets.MixedBatches), then B(1-f) and Bf; the counter keeps
     # the totals (with the prefix 'learner_' of the learner's counter).
     rows = np.asarray(online, bool)
     num_online = int(rows.sum())

@@ -112,7 +112,7 @@ def cpu_has_bfloat16_units(cpuinfo: Optional[str] = None) -> bool:
 # their gradients, eagerly and in a graph, where oneDNN fuses them) on a
 # 6 x 6 image, compared with float32. Run in a new interpreter: a broken
 # kernel cannot take this process down, and a launcher that forks its nodes
-# must run no TensorFlow op before the fork (supervisor.py).
+# must run no TensorFlow op before the fork (launch/supervisor.py).
 _PROBE = r"""
 import json, sys
 import numpy as np
@@ -372,6 +372,25 @@ def mlp_torso(hidden_sizes: Sequence[int]) -> snt.Module:
   ])
 
 
+def minatar_torso() -> snt.Module:
+  """The MinAtar paper's torso (Young and Tian 2019, section 4 and
+  `kenjyoung/MinAtar`'s examples): conv 16 filters 3x3 stride 1 without
+  padding, ReLU, FC 128, ReLU.
+
+  Input [B, 10, 10, C] (MinAtar's 0/1 channels, any numeric dtype, cast to
+  float32 unscaled); output [B, 128]. With C channels it has
+  16 * (9 * C + 1) + 128 * (8 * 8 * 16 + 1) parameters.
+  """
+  return snt.Sequential([
+      lambda x: tf.cast(x, tf.float32),
+      snt.Conv2D(16, 3, stride=1, padding='VALID'),
+      tf.nn.relu,
+      snt.Flatten(),
+      snt.Linear(128),
+      tf.nn.relu,
+  ], name='minatar_torso')
+
+
 # Grappler folds an explicit Transpose into MatMul's transpose_b, and TF 2.8
 # runs [B, 4H] x [H, 4H]^T that way at about a third of the speed of the same
 # product on a transposed copy (0.44 vs 0.13-0.2 ms at B=32, H=256 here); a
@@ -564,6 +583,7 @@ def make_network(config, num_actions: int) -> IMPALANetwork:
   """Builds the network named by `config.network` (an IMPALAConfig)."""
   torsos: dict = {
       'mlp_lstm': lambda: mlp_torso(config.mlp_hidden_sizes),
+      'minatar': minatar_torso,
       'shallow': lambda: ShallowAtariTorso(config.torso_dtype),
       'deep': deep_atari_torso,
   }

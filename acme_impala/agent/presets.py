@@ -48,18 +48,43 @@ def _load(path: str, what: str) -> config_lib.IMPALAConfig:
   spec = importlib.util.spec_from_file_location(
       f'acme_impala_config_{abs(hash(path))}', path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except Exception as error:  # pylint: disable=broad-except
+    raise config_lib.ConfigError(
+        f'Config file {what} failed to load: {type(error).__name__}: '
+        f'{error}') from error
   get = getattr(module, 'get_config', None)
   if not callable(get):
     raise config_lib.ConfigError(
         f'Config file {what} has no get_config() function; a config file '
         'defines get_config() returning an IMPALAConfig.')
-  config = get()
+  try:
+    config = get()
+  except config_lib.ConfigError:
+    raise
+  except Exception as error:  # pylint: disable=broad-except
+    raise config_lib.ConfigError(
+        f'get_config() of {what} raised {type(error).__name__}: '
+        f'{error}') from error
   if not isinstance(config, config_lib.IMPALAConfig):
     raise config_lib.ConfigError(
         f'get_config() of {what} returned {type(config).__name__}, expected '
         'an IMPALAConfig.')
   return config
+
+
+def preset_name(name_or_path: str) -> Optional[str]:
+  """The preset a `--config` value means (a name, or the path of a preset's
+  file, e.g. configs/atari.py), or None for a file that is not a preset."""
+  if not _is_path(name_or_path):
+    return name_or_path
+  folder = config_dir()
+  path = os.path.abspath(os.path.expanduser(name_or_path))
+  if folder and os.path.dirname(path) == os.path.abspath(folder):
+    name = os.path.basename(path)[:-len('.py')]
+    return name if name in names() else None
+  return None
 
 
 def get_config(name_or_path: str) -> config_lib.IMPALAConfig:

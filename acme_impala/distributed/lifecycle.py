@@ -41,7 +41,7 @@ _CONSTRUCT_SUFFIX = ':construct'
 
 # The roles of a program's nodes: its Launchpad group names, which a sweep
 # prefixes with `agent_<i>_`. Restart policies (supervisor) and Kubernetes
-# resources (k8s/manifests) are given per role.
+# resources (launch/k8s/manifests) are given per role.
 ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')
 
 
@@ -50,7 +50,7 @@ def role_of(group: str) -> str:
   return re.sub(r'^agent_\d+_', '', group)
 
 
-# Set by the supervising launcher (supervisor.py) in every node process: how
+# Set by the supervising launcher (launch/supervisor.py) in every node process: how
 # many times this node has been restarted, and its title ('actor/1').
 RESTART_COUNT_ENV = 'ACME_IMPALA_RESTART_COUNT'
 NODE_TITLE_ENV = 'ACME_IMPALA_NODE'
@@ -138,7 +138,7 @@ def read_stop_reason(status_dir: str) -> Optional[str]:
 
 
 # Failures of nodes run in this process: a Kubernetes pod's exit status
-# says whether its own node failed (k8s/node.py).
+# says whether its own node failed (launch/k8s/node.py).
 _FAILURES_HERE: List[str] = []
 
 

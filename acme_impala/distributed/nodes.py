@@ -37,7 +37,8 @@ from acme_impala.envs import batched
 from acme_impala.envs import registry
 
 # Roles in seed derivation: each (agent, role, index) has its own stream.
-_ACTOR_ENV, _ACTOR_POLICY, _EVAL_ENV, _EVAL_POLICY = 1, 2, 3, 4
+(_ACTOR_ENV, _ACTOR_POLICY, _EVAL_ENV, _EVAL_POLICY,
+ _LEARNER_INIT) = 1, 2, 3, 4, 5
 
 
 def derive_seed(*parts: int) -> int:
@@ -53,6 +54,12 @@ def node_seed(config, options, role: int, *index: int) -> int:
   restart = lifecycle.restart_count()
   return derive_seed(config.seed, options.agent_index, role, *index,
                      *((restart,) if restart else ()))
+
+
+def learner_init_seed(config, options) -> int:
+  """The seed of an agent's initial weights: `config.seed` and the agent's
+  index in a sweep, nothing else."""
+  return derive_seed(config.seed, options.agent_index, _LEARNER_INIT)
 
 
 def _checkpointer(obj, key: str, options,
@@ -251,7 +258,10 @@ class LearnerNode:
   def __init__(self, builder: builder_lib.IMPALABuilder,
                replay: reverb.Client, counter: counting.Counter, options):
     self._options = options
-    network = builder.make_network()
+    # The same --config.seed gives the same initial weights (a restarted
+    # learner restores its checkpoint over them).
+    network = builder.make_network(seed=learner_init_seed(builder.config,
+                                                          options))
     iterator = builder.make_dataset_iterator(
         replay.server_address, should_stop=lifecycle.stop_requested)
     self._learner = builder.make_learner(
@@ -282,7 +292,7 @@ class LearnerNode:
           try:
             self._learner.step()
           except StopIteration:
-            break  # The program is stopping (builder.BackgroundIterator).
+            break  # The program is stopping (datasets.BackgroundIterator).
           if first:
             # benchmarks/startup.py times the launch to this line.
             logging.info('learner: first step done (learner step %d).',

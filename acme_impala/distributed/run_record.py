@@ -40,7 +40,8 @@ RESTORE_MUTABLE_FIELDS = ('checkpoint_period_minutes', 'compile_mode',
 _PACKAGES = ('tensorflow', 'dm-acme', 'dm-reverb', 'dm-launchpad',
              'dm-sonnet', 'trfl', 'numpy', 'gymnasium', 'ale-py', 'minatar',
              'envpool')
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 
 def config_to_dict(config: config_lib.IMPALAConfig) -> Dict[str, Any]:

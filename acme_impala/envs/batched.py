@@ -26,7 +26,7 @@ from acme_impala.envs import minatar
 from acme_impala.envs import registry
 from acme_impala.host import hardware
 
-# `config.env_engine` values (validated in config.py).
+# `config.env_engine` values (validated in agent/config.py).
 GYMNASIUM, ENVPOOL = engines.GYMNASIUM, engines.ENVPOOL
 # EnvPool seeds environment i of a pool with `seed + i` in a C++ int32.
 _ENVPOOL_SEED_MODULUS = 2**31 - 2**16
@@ -225,6 +225,7 @@ class EnvPoolBatch(BatchedEnvironment):
                noop_max: int = atari.ATARI_NOOP_MAX,
                max_episode_steps: Optional[int] = None,
                num_threads: int = 0, oar: bool = True):
+    registry.validate_environment_id(env_id)
     validate_engine(env_id, ENVPOOL)
     envpool = _import_envpool()
     self._k = num_envs

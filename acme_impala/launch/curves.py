@@ -1,10 +1,10 @@
 """Training curves of a run directory, read from its CSV logs.
 
 A run of `programs/impala_lp.py` logs one CSV per node in Acme's layout
-(`acme_impala.loggers`): `<logdir>/logs/learner/logs.csv` (a row per second),
+(`acme_impala.distributed.loggers`): `<logdir>/logs/learner/logs.csv` (a row per second),
 `logs/evaluator/logs.csv` (a row per evaluation episode) and
 `logs/actor_<i>/logs.csv` (a row per training episode); a LASER sweep
-(`programs/laser_sweep_lp.py`) has them under `logs/agent_<i>/`.
+(`impala_lp.py --learning_rates/--entropy_costs`) has them under `logs/agent_<i>/`.
 
 `read_run` gives one agent's curves as numpy arrays against env steps (the
 `actor_steps` column); `mean_and_spread` puts several runs (seeds) on a

@@ -2,7 +2,7 @@
 
 `programs/impala_lp.py` (local launch; `laser_sweep_lp.py` is it with a
 sweep's defaults), `programs/impala_k8s.py` (manifests) and the Kubernetes
-pod entry (`k8s/node.py`) take the same flags and build the same program
+pod entry (`launch/k8s/node.py`) take the same flags and build the same program
 from them: `define()` declares them, `prepare()` turns them into a
 `PreparedRun` (one agent, or a LASER sweep when `--learning_rates` or
 `--entropy_costs` is given), `forward()` writes them back as arguments for a
@@ -20,13 +20,17 @@ from acme_impala.launch import config_flags
 
 FLAGS = flags.FLAGS
 # Default run directories live under the repository root.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NAMES = ('config', 'num_actors', 'max_actor_steps', 'logdir', 'seed',
-         'restore', 'evaluator', 'eval_episodes', 'learning_rates',
-         'entropy_costs', 'share_replay')
-# LASER's replay fraction (Schmitt et al. 2019, Table 4), a sweep's default.
-SWEEP_REPLAY_FRACTION = 0.875
-# Flags of a launcher (launch.run_program, Launchpad) kept in the run's record.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+# A sweep is LASER as the paper runs it (Schmitt et al. 2019): 7 of 8 rows
+# replayed, the trust region on, the entropy bonus on online rows. Sharing a
+# replay without the trust region is what LASER's Figure 3 shows failing.
+# b = 0.5: in the shared CartPole sweep it reached the target sooner for
+# both agents than no trust region (3 seeds each; no other threshold
+# measured yet: docs/benchmarks.md#laser-data-efficiency-on-cartpole).
+SWEEP_DEFAULTS = {'replay_fraction': 0.875, 'kl_threshold': 0.5,
+                  'entropy_on_online_only': True}
+# Flags of a launcher (local.run_program, Launchpad) kept in the run's record.
 LAUNCHER_FLAGS = ('lp_launch_type', 'restarts', 'node_start', 'verbose',
                   'progress_interval_s')
 
@@ -35,15 +39,18 @@ def define() -> None:
   flags.DEFINE_string('config', 'cartpole',
                       f'A preset, one of {presets.names()} (configs/), or '
                       'the path of a config file with get_config().')
-  flags.DEFINE_integer('num_actors', 2, 'Actor processes.')
+  flags.DEFINE_integer('num_actors', 2, 'Actor processes (per agent in a '
+                       'sweep).')
   # Enough for the default cartpole config to pass an evaluator average of
   # 450: the slowest run measured got there at 675k steps (with the 2 x 32
   # defaults 325k; docs/benchmarks.md#learning-the-default-cartpole-program).
   # One to three minutes on 2 cores, by CPU.
   flags.DEFINE_integer('max_actor_steps', 800_000,
-                       'Environment steps (summed over actors) to train for.')
+                       'Environment steps (summed over actors) to train for '
+                       '(per agent in a sweep).')
   flags.DEFINE_string('logdir', None,
-                      'Logs and checkpoints; default runs/impala-<time>.')
+                      'Logs and checkpoints; default runs/impala-<time> '
+                      '(a sweep: runs/laser-<time>).')
   flags.DEFINE_integer('seed', None, 'Overrides config.seed.')
   flags.DEFINE_bool('restore', False,
                     'Resume from the checkpoints in --logdir.')
@@ -57,8 +64,9 @@ def define() -> None:
   flags.DEFINE_list('learning_rates', [],
                     'A sweep: its learning rates. Given (or with '
                     '--entropy_costs), the program trains one agent per '
-                    '(learning rate, entropy cost) pair, replay_fraction '
-                    f'defaulting to LASER\'s {SWEEP_REPLAY_FRACTION}.')
+                    '(learning rate, entropy cost) pair, with LASER\'s '
+                    f'defaults {SWEEP_DEFAULTS} unless --config.<field> '
+                    'sets them.')
   flags.DEFINE_list('entropy_costs', [],
                     'A sweep: its entropy costs (see --learning_rates).')
   flags.DEFINE_bool('share_replay', True,
@@ -94,7 +102,8 @@ def make_config(overrides: Dict[str, Any]):
   if FLAGS.seed is not None:
     overrides['seed'] = FLAGS.seed
   if is_sweep():
-    overrides.setdefault('replay_fraction', SWEEP_REPLAY_FRACTION)
+    for field, value in SWEEP_DEFAULTS.items():
+      overrides.setdefault(field, value)
   return config.replace(**overrides)
 
 
@@ -108,6 +117,12 @@ def make_configs(overrides: Dict[str, Any]):
   grid = sweep.sweep_configs(
       base, _floats('learning_rates') or [base.learning_rate],
       _floats('entropy_costs') or [base.entropy_cost])
+  if len(grid) < 2:
+    raise ValueError(
+        f'--learning_rates={",".join(FLAGS.learning_rates)} '
+        f'--entropy_costs={",".join(FLAGS.entropy_costs)} make 1 agent; a '
+        'sweep needs at least 2 (learning rate, entropy cost) pairs (for one '
+        'agent, set --config.learning_rate / --config.entropy_cost).')
   sweep.validate_sweep(grid)
   return grid
 
@@ -145,7 +160,15 @@ def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True):
 
 def forward(overrides: Dict[str, Any], logdir: str) -> List[str]:
   """These flags as arguments for a node process of the same program."""
-  args = [f'--config={FLAGS.config}', f'--num_actors={FLAGS.num_actors}',
+  name = presets.preset_name(FLAGS.config)
+  if name is None:
+    # A node process (a pod) has the image's configs/, not this machine's
+    # files.
+    raise ValueError(
+        f'--config={FLAGS.config!r}: a node process elsewhere cannot read a '
+        f'config file outside configs/; expected a preset, one of '
+        f'{presets.names()} (or configs/<preset>.py).')
+  args = [f'--config={name}', f'--num_actors={FLAGS.num_actors}',
           f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
           f'--restore={str(FLAGS.restore).lower()}',
           f'--evaluator={str(FLAGS.evaluator).lower()}',

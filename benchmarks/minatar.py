@@ -1,0 +1,250 @@
+"""Learning curves of the default program on the five MinAtar games.
+
+Runs `programs/impala_lp.py --config=minatar` (local_mp, with its evaluator)
+on each game x seed for `--max_actor_steps` environment steps (MinAtar has
+no frame skip: steps are frames), one run at a time, and writes under
+`--outdir`:
+
+  minatar_<game>_s<seed>.csv  per seed, one row per `--points` grid point:
+                              env steps, wall seconds, mean return of the
+                              last 100 training episodes, evaluator return
+                              (mean of its last 10 episodes);
+  minatar_<game>.png          mean over seeds with the min-max band, and
+                              the MinAtar paper's AC(lambda) at 5M steps;
+  minatar_summary.csv, and a Markdown table printed at the end: final
+                              100-episode mean +- std over seeds (each
+                              seed's too), wall minutes per run, env steps/s.
+
+A finished run leaves `benchmark_run.json` in its logdir
+(`--logroot/<game>_s<seed>`) and is not run again, so an interrupted
+benchmark resumes where it stopped; `--summarize_only` redraws the outputs
+from the runs present.
+
+  python benchmarks/minatar.py --games=Breakout --seeds=0,1,2
+  python benchmarks/minatar.py --summarize_only
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import numpy as np
+import provenance  # pylint: disable=g-import-not-at-top
+
+from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
+
+GAMES = ('Breakout', 'SpaceInvaders', 'Asterix', 'Freeway', 'Seaquest')
+# Young and Tian 2019 (kenjyoung/MinAtar), actor-critic AC(lambda=0.8): the
+# average return of the last 100 training episodes at 5M frames, 30 runs.
+AC_LAMBDA_5M = {'Breakout': 17.5, 'SpaceInvaders': 185., 'Asterix': 19.,
+                'Freeway': 47., 'Seaquest': 15.}
+TRAIN_WINDOW = 100  # Training episodes per point, as the MinAtar paper.
+EVAL_WINDOW = 10  # Evaluator episodes per point (one evaluation round).
+
+flags.DEFINE_list('games', list(GAMES), f'Games, of {list(GAMES)}.')
+flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (one run each).')
+flags.DEFINE_integer('max_actor_steps', 5_000_000,
+                     'Environment steps per run (the MinAtar paper: 5M).')
+flags.DEFINE_list('program_flags', [], 'Extra flags for the program.')
+flags.DEFINE_string('logroot', os.path.join(_ROOT, 'runs', 'minatar'),
+                    'Run directories: <logroot>/<game>_s<seed>.')
+flags.DEFINE_string('outdir',
+                    os.path.join(_ROOT, 'benchmarks', 'results', 'minatar'),
+                    'Where the CSVs, pictures and table go.')
+flags.DEFINE_integer('points', 100, 'Grid points of the per-seed CSVs.')
+flags.DEFINE_bool('summarize_only', False,
+                  'Run nothing; summarise the runs under --logroot.')
+FLAGS = flags.FLAGS
+
+_DONE = 'benchmark_run.json'
+
+
+def _logdir(game, seed):
+  return os.path.join(FLAGS.logroot, f'{game}_s{seed}')
+
+
+def run(game, seed):
+  """One program run to its budget (or the record of an earlier one)."""
+  logdir = _logdir(game, seed)
+  done = os.path.join(logdir, _DONE)
+  if os.path.exists(done):
+    with open(done) as f:
+      return json.load(f)
+  if os.path.exists(logdir):
+    raise SystemExit(f'{logdir} holds an unfinished run; remove it (or '
+                     'resume it by hand with --restore) first.')
+  cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
+         '--lp_launch_type=local_mp', '--config=minatar',
+         f'--config.env_id=MinAtar/{game}-v1', f'--seed={seed}',
+         f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
+         '--progress_interval_s=60'] + list(FLAGS.program_flags)
+  print(f'minatar.py: {game} seed {seed}: {" ".join(cmd[1:])}', flush=True)
+  start = time.time()
+  code = subprocess.call(cmd)
+  record = dict(game=game, seed=seed, exit=code,
+                wall_seconds=time.time() - start,
+                max_actor_steps=FLAGS.max_actor_steps,
+                program_flags=list(FLAGS.program_flags),
+                commit=provenance.git_commit(), cpu=provenance.cpu())
+  if code != 0:
+    raise SystemExit(f'minatar.py: {game} seed {seed} exited {code}; see '
+                     f'{logdir}/nodes/.')
+  with open(done, 'w') as f:
+    json.dump(record, f, indent=1)
+  return record
+
+
+def _episodes(paths):
+  """(env steps [E], returns [E]) of the episodes logged in `paths`."""
+  steps, returns = [], []
+  for path in paths:
+    columns = curves.read_csv(path)
+    if 'actor_steps' in columns and 'episode_return' in columns:
+      keep = curves.kept_rows(columns['actor_steps'])
+      steps.append(columns['actor_steps'][keep])
+      returns.append(columns['episode_return'][keep])
+  if not steps:
+    return np.zeros(0), np.zeros(0)
+  steps, returns = np.concatenate(steps), np.concatenate(returns)
+  order = np.argsort(steps, kind='stable')
+  return steps[order], returns[order]
+
+
+def seed_curve(logdir):
+  """Columns of one run on a grid of env steps: env_steps, wall_seconds,
+  train_return_mean100, eval_return_mean10 (NaN before the first)."""
+  logs = os.path.join(logdir, 'logs')
+  actors = [os.path.join(logs, d, 'logs.csv') for d in sorted(os.listdir(logs))
+            if d.startswith('actor_')]
+  t_steps, t_returns = _episodes(actors)
+  e_steps, e_returns = _episodes([os.path.join(logs, 'evaluator',
+                                               'logs.csv')])
+  learner = curves.read_run(logdir)
+  grid = np.linspace(0, t_steps[-1] if len(t_steps) else 0, FLAGS.points + 1)
+  train = curves.moving_mean(t_returns, TRAIN_WINDOW)
+  evaluation = curves.moving_mean(e_returns, EVAL_WINDOW)
+
+  def at(steps, values, x):
+    i = np.searchsorted(steps, x, side='right') - 1
+    return np.where(i >= 0, values[np.maximum(i, 0)], np.nan) if len(
+        steps) else np.full_like(x, np.nan)
+
+  seconds = (np.interp(grid, learner.env_steps, learner.seconds)
+             if len(learner.env_steps) else np.full_like(grid, np.nan))
+  return dict(env_steps=grid, wall_seconds=seconds,
+              train_return_mean100=at(t_steps, train, grid),
+              eval_return_mean10=at(e_steps, evaluation, grid),
+              final_train=float(train[-1]) if len(train) else float('nan'),
+              episodes=len(t_returns))
+
+
+def _write_csv(path, columns):
+  keys = ['env_steps', 'wall_seconds', 'train_return_mean100',
+          'eval_return_mean10']
+  with open(path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(keys)
+    for row in zip(*(columns[k] for k in keys)):
+      writer.writerow([f'{v:.6g}' for v in row])
+
+
+def _draw(game, seed_curves, path):
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+  fig = figure.Figure(figsize=(7., 4.5), dpi=100, layout='constrained')
+  backend_agg.FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  spread = curves.mean_and_spread(
+      [(c['env_steps'], c['train_return_mean100']) for c in seed_curves])
+  ax.fill_between(spread.x, spread.low, spread.high, alpha=0.25,
+                  label=f'min-max over {len(seed_curves)} seeds')
+  ax.plot(spread.x, spread.mean, label='IMPALA (--config=minatar), mean')
+  ax.axhline(AC_LAMBDA_5M[game], color='k', linestyle='--',
+             label=f'AC(lambda) at 5M (Young and Tian 2019): '
+             f'{AC_LAMBDA_5M[game]:g}')
+  ax.set_xlabel('environment steps (frames)')
+  ax.set_ylabel(f'return, mean of last {TRAIN_WINDOW} training episodes')
+  ax.set_title(f'MinAtar {game}')
+  ax.legend(loc='upper left', fontsize=8)
+  fig.savefig(path)
+
+
+def summarize(records):
+  os.makedirs(FLAGS.outdir, exist_ok=True)
+  rows = []
+  for game in FLAGS.games:
+    runs = [(r, seed_curve(_logdir(game, r['seed']))) for r in records
+            if r['game'] == game]
+    if not runs:
+      continue
+    for r, c in runs:
+      _write_csv(os.path.join(FLAGS.outdir,
+                              f'minatar_{game}_s{r["seed"]}.csv'), c)
+    _draw(game, [c for _, c in runs],
+          os.path.join(FLAGS.outdir, f'minatar_{game}.png'))
+    finals = np.array([c['final_train'] for _, c in runs])
+    minutes = np.array([r['wall_seconds'] / 60 for r, _ in runs])
+    rate = np.array([r['max_actor_steps'] / r['wall_seconds']
+                     for r, _ in runs])
+    rows.append(dict(
+        game=game, seeds=' '.join(str(r['seed']) for r, _ in runs),
+        final_mean=finals.mean(), final_std=finals.std(),
+        per_seed=' / '.join(f'{v:.1f}' for v in finals),
+        reference=AC_LAMBDA_5M[game],
+        met='yes' if finals.mean() >= AC_LAMBDA_5M[game] else 'no',
+        wall_minutes=minutes.mean(), env_steps_per_s=rate.mean(),
+        max_actor_steps=runs[0][0]['max_actor_steps'],
+        commit=runs[0][0]['commit'], cpu=runs[0][0]['cpu']))
+  with open(os.path.join(FLAGS.outdir, 'minatar_summary.csv'), 'w',
+            newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ['game'])
+    writer.writeheader()
+    writer.writerows(rows)
+  print(f'\nminatar.py at {provenance.stamp()}; runs of '
+        f'{",".join(sorted({r["commit"] for r in records}))}.\n')
+  print('| game | env steps | seeds | final return (last 100 episodes), '
+        'mean +- std | per seed | AC(lambda) at 5M | at or above | '
+        'wall min/run | env steps/s |')
+  print('|---|---:|---|---:|---|---:|---|---:|---:|')
+  for r in rows:
+    print(f"| {r['game']} | {r['max_actor_steps']:,} | {r['seeds']} | "
+          f"{r['final_mean']:.1f} +- {r['final_std']:.1f} | {r['per_seed']} "
+          f"| {r['reference']:g} | {r['met']} | {r['wall_minutes']:.1f} | "
+          f"{r['env_steps_per_s']:,.0f} |")
+
+
+def main(argv):
+  del argv
+  unknown = sorted(set(FLAGS.games) - set(GAMES))
+  if unknown:
+    raise app.UsageError(f'--games: unknown {unknown}; expected of '
+                         f'{list(GAMES)}.')
+  if FLAGS.summarize_only:
+    records = []
+    for game in FLAGS.games:
+      for seed in FLAGS.seeds:
+        done = os.path.join(_logdir(game, seed), _DONE)
+        if os.path.exists(done):
+          with open(done) as f:
+            records.append(json.load(f))
+  else:
+    print(f'minatar.py at {provenance.stamp()}: games {FLAGS.games}, seeds '
+          f'{FLAGS.seeds}, {FLAGS.max_actor_steps:,} env steps each, one '
+          'run at a time.', flush=True)
+    records = [run(game, int(seed)) for game in FLAGS.games
+               for seed in FLAGS.seeds]
+  if not records:
+    raise SystemExit('minatar.py: no finished runs under '
+                     f'{FLAGS.logroot} to summarise.')
+  summarize(records)
+
+
+if __name__ == '__main__':
+  app.run(main)
