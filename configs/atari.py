@@ -23,8 +23,9 @@ acme_impala.envs.atari.
 
 Known deviation: the paper's Atari agents are feed-forward (Section 5.3 and
 Appendix G; its shallow Atari network is the 3-conv network of Mnih et al.
-2016). IMPALANetwork always has an LSTM, so this config uses the 2-conv
-shallow torso of Figure 3 with its 256-unit LSTM.
+2016). This config keeps the 2-conv shallow torso of Figure 3 with its
+256-unit LSTM; `--config.use_lstm=false` gives the feed-forward agent
+(heads on the torso's embedding), not yet measured on Atari here.
 """
 
 from acme_impala.agent import config as config_lib

@@ -42,8 +42,10 @@ COVERAGE = {
 LASER_TEST = ('tests/test_sweep.py::test_readme_laser_command_on_the_default_'
               'config_reaches_its_budget')
 # Benchmarks take minutes to hours by design; each prints its table with the
-# commit and CPU, and docs give the command that regenerates it. They are
-# not run by CI (running each at a small budget would double its time).
+# commit and CPU, and docs give the command that regenerates it. CI does not
+# run them (26 commands at their smallest budgets would add 8-10 minutes to
+# a CI run of 21-25 on the slower CPU kind); it checks their flags
+# (test_benchmark_commands_use_flags_their_scripts_define).
 BENCHMARKS = 'benchmarks/'
 # Cloud and container tools of the GKE runbook: no cluster or registry here.
 EXTERNAL = ('gcloud', 'kubectl', 'docker')
@@ -80,6 +82,40 @@ def test_every_documented_command_is_covered():
       assert f'def {name}(' in f.read(), entry
 
 
+def _flags_of(script):
+  """The flags `script` defines (absl DEFINE_* or argparse), read from its
+  source, with absl's --no<bool> forms."""
+  with open(os.path.join(ROOT, script)) as f:
+    source = f.read()
+  absl = re.findall(r"DEFINE_(\w+)\(\s*'(\w+)'", source)
+  names = {name for _, name in absl}
+  names |= {f'no{name}' for kind, name in absl if kind == 'bool'}
+  names |= set(re.findall(r"add_argument\(\s*'--(\w+)'", source))
+  if 'absl' in source:  # absl's own, e.g. --helpfull.
+    names |= {'help', 'helpfull', 'flagfile'}
+  return names
+
+
+def test_benchmark_commands_use_flags_their_scripts_define():
+  """Benchmarks take minutes to hours and are not run here; each documented
+  benchmark command's flags must at least be ones its script defines, so a
+  renamed or removed flag cannot leave a dead command in the docs."""
+  bad = []
+  for doc, command in docs_commands.documented_commands():
+    for part in command.split('&&'):
+      words = part.split()
+      scripts = [w for w in words if w.startswith(BENCHMARKS) and
+                 w.endswith('.py')]
+      if not scripts:
+        continue
+      defined = _flags_of(scripts[0])
+      for word in words[words.index(scripts[0]) + 1:]:
+        name = word.lstrip('-').split('=')[0]
+        if word.startswith('--') and name not in defined:
+          bad.append(f'{doc}: {scripts[0]} has no --{name}')
+  assert not bad, bad
+
+
 def _evaluator_best_mean(logdir, episodes=10):
   with open(os.path.join(logdir, 'logs', 'evaluator', 'logs.csv')) as f:
     returns = [float(r['episode_return']) for r in csv.DictReader(f)]
@@ -109,10 +145,20 @@ def test_four_actor_run_and_its_restore(readme_run):
   logdir, first, again = readme_run
   assert 'num_actors=4' in first
   assert 'stopping: the budget is reached' in again, again[-3000:]
+  # Node output goes to <logdir>/nodes/, a file per node, every life of it.
   with open(os.path.join(logdir, 'nodes', 'learner-0.log')) as f:
     starts = [int(s) for s in re.findall(
         r'learner: starting at learner step (\d+)', f.read())]
   assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0, starts
+  # The learner's log goes on from its checkpoint: the restored life's
+  # first row comes after the first life's last logged step (the
+  # checkpoint is written at stop, after it).
+  with open(os.path.join(logdir, 'logs', 'learner', 'logs.csv')) as f:
+    steps = [float(r['learner_steps']) for r in csv.DictReader(f)]
+  first_life = [step for step in steps if step <= starts[1]]
+  second_life = [step for step in steps if step > starts[1]]
+  assert first_life and second_life, (steps, starts)
+  assert steps == first_life + second_life, (steps, starts)
 
 
 def test_atari_train_command(tmp_path):

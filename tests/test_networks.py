@@ -41,6 +41,41 @@ def test_output_shapes(name, obs_shape, dtype, lstm):
   assert logits.shape == (t, b, 6) and values.shape == (t, b)
 
 
+@pytest.mark.parametrize('name,obs_shape', [
+    ('shallow', (84, 84, 4)), ('deep', (84, 84, 4)), ('minatar', (10, 10, 4)),
+])
+def test_feed_forward_network_is_the_heads_on_the_embedding(name, obs_shape):
+  """use_lstm=False (the paper's feed-forward Atari agents): no LSTM
+  variables, outputs that depend on the current input alone (any state,
+  any history), the placeholder state carried unchanged, and an unroll
+  that is the steps one at a time."""
+  config = config_lib.IMPALAConfig(network=name, use_lstm=False)
+  net = networks.make_network(config, num_actions=4)
+  b, t = 2, 3
+  rng = np.random.default_rng(1)
+  seq = tf.constant(rng.integers(0, 2, (t, b) + obs_shape).astype(np.uint8))
+  inputs = OAR(observation=seq, action=tf.constant(rng.integers(0, 4, (t, b)),
+                                                   tf.int32),
+               reward=tf.constant(rng.normal(size=(t, b)), tf.float32))
+  state = net.initial_state(b)
+  assert state.hidden.shape == (b, 1) and state.cell.shape == (b, 1)
+  other = tf.nest.map_structure(lambda x: x + 5., state)
+  step = lambda i, s: net(tf.nest.map_structure(lambda x: x[i], inputs), s)
+  (logits, value), new_state = step(1, state)
+  (logits_other, value_other), _ = step(1, other)
+  np.testing.assert_allclose(logits, logits_other)
+  np.testing.assert_allclose(value, value_other)
+  assert new_state is state
+  (all_logits, all_values), final = net.unroll(
+      inputs, state, tf.zeros((t, b), tf.bool))
+  assert final is state
+  for i in range(t):
+    (logits_i, value_i), _ = step(i, state)
+    np.testing.assert_allclose(all_logits[i], logits_i, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(all_values[i], value_i, rtol=1e-5, atol=1e-6)
+  assert not [v.name for v in net.trainable_variables if 'lstm' in v.name]
+
+
 @pytest.mark.parametrize('channels', [4, 6, 7, 10])  # The five games' C.
 def test_minatar_torso_is_the_minatar_papers(channels):
   """Conv 16 x 3x3 stride 1 without padding, ReLU, FC 128, ReLU (Young and

@@ -217,29 +217,6 @@ def test_local_mp_run_exits_0_writes_csv_and_leaves_no_process(first_run):
   assert os.listdir(os.path.join(logdir, 'tensorboard'))
 
 
-def test_restore_continues_learner_steps(first_run):
-  logdir, rc, out, _ = first_run
-  assert rc == 0, out[-3000:]
-  before = _rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
-  last_step = max(float(r['learner_steps']) for r in before)
-  assert last_step >= 1
-  rc, out, pid = _run(['--num_actors=1', '--max_actor_steps=8000',
-                       '--restore'], logdir)
-  assert rc == 0, out[-5000:]
-  after = _rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
-  new_rows = after[len(before):]
-  assert new_rows, out[-3000:]
-  # The checkpoint is written at stop, after the last logged step.
-  assert float(new_rows[0]['learner_steps']) >= last_step + 1
-  # Node output goes to <logdir>/nodes/, a file per node, every life of it.
-  assert re.search(r'learner: starting at learner step (\d+)',
-                   _node_output(logdir, 'learner-0')).group(1) == '0'
-  restarted = re.findall(r'learner: starting at learner step (\d+)',
-                         _node_output(logdir, 'learner-0'))
-  assert len(restarted) == 2 and int(restarted[1]) >= last_step
-  assert _session_processes(pid) == []
-
-
 def test_without_restore_an_existing_logdir_is_refused(first_run):
   logdir, _, _, _ = first_run
   rc, out, _ = _run(['--max_actor_steps=100'], logdir, timeout=120)

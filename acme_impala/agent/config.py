@@ -77,6 +77,9 @@ class IMPALAConfig:
   network: str = 'mlp_lstm'
   mlp_hidden_sizes: Tuple[int, ...] = (64, 64)
   lstm_size: int = 64
+  # False: the paper's feed-forward agent (its Atari agents; Figure 3), the
+  # heads on the embedding, no LSTM (lstm_size unused).
+  use_lstm: bool = True
   # Feed the previous action and clipped reward to the LSTM (paper Figure 3).
   use_prev_action_reward: bool = True
   # One of TORSO_DTYPE_CHOICES; bfloat16: shallow only.
@@ -175,6 +178,7 @@ class IMPALAConfig:
     _check_choice(self, 'network', NETWORKS)
     _check_int_tuple(self, 'mlp_hidden_sizes')
     _check_int(self, 'lstm_size', 1, None)
+    _check_bool(self, 'use_lstm')
     _check_bool(self, 'use_prev_action_reward')
     _check_choice(self, 'torso_dtype', TORSO_DTYPE_CHOICES)
     if self.torso_dtype == 'bfloat16' and self.network != 'shallow':

@@ -508,6 +508,11 @@ class IMPALANetwork(snt.RNNCore):
   __call__: inputs [B, ...], state → ((logits [B, A], value [B]), state).
   unroll:   inputs [T, B, ...], state, start_of_episode [T, B] →
             ((logits [T, B, A], values [T, B]), final state).
+
+  `use_lstm=False` is the paper's feed-forward agent (its Atari agents, Figure
+  3): the heads read the embedding directly. The state is then a [B, 1]
+  placeholder carried unchanged, so actors, adders, replay, the learner and
+  the export keep one layout.
   """
 
   def __init__(self,
@@ -516,11 +521,12 @@ class IMPALANetwork(snt.RNNCore):
                lstm_size: int = 256,
                use_prev_action_reward: bool = True,
                reward_clip: float = 1.0,
+               use_lstm: bool = True,
                name: str = 'impala_network'):
     super().__init__(name=name)
     self._num_actions = num_actions
     self._torso = torso
-    self._core = snt.LSTM(lstm_size)
+    self._core = snt.LSTM(lstm_size) if use_lstm else None
     self._head = policy_value.PolicyValueHead(num_actions)
     self._use_prev_action_reward = use_prev_action_reward
     self._reward_clip = reward_clip
@@ -547,11 +553,16 @@ class IMPALANetwork(snt.RNNCore):
   def __call__(self, inputs, state: snt.LSTMState
                ) -> Tuple[Tuple[Logits, Value], snt.LSTMState]:
     embedding = self._embed(inputs)
+    if self._core is None:
+      return self._head(embedding), state
     output, new_state = self._core(embedding, state)
     logits, value = self._head(output)
     return (logits, value), new_state
 
   def initial_state(self, batch_size: int, **unused_kwargs) -> snt.LSTMState:
+    if self._core is None:
+      zeros = tf.zeros([batch_size, 1])
+      return snt.LSTMState(hidden=zeros, cell=zeros)
     return self._core.initial_state(batch_size)
 
   def unroll(self, inputs, state: snt.LSTMState,
@@ -569,6 +580,8 @@ class IMPALANetwork(snt.RNNCore):
       ((logits [T, B, A], values [T, B]), final state).
     """
     embeddings = snt.BatchApply(self._embed)(inputs)  # [T, B, D]
+    if self._core is None:
+      return snt.BatchApply(self._head)(embeddings), state
     if embeddings.shape[0] is None:
       raise ValueError('IMPALANetwork.unroll needs a static time dimension.')
     if 'b' not in vars(self._core):
@@ -595,4 +608,5 @@ def make_network(config, num_actions: int) -> IMPALANetwork:
       num_actions=num_actions,
       torso=make_torso(),
       lstm_size=config.lstm_size,
-      use_prev_action_reward=config.use_prev_action_reward)
+      use_prev_action_reward=config.use_prev_action_reward,
+      use_lstm=config.use_lstm)

@@ -25,9 +25,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 # A sweep is LASER as the paper runs it (Schmitt et al. 2019): 7 of 8 rows
 # replayed, the trust region on, the entropy bonus on online rows. Sharing a
 # replay without the trust region is what LASER's Figure 3 shows failing.
-# b = 0.5: in the shared CartPole sweep it reached the target sooner for
-# both agents than no trust region (3 seeds each; no other threshold
-# measured yet: docs/benchmarks.md#laser-data-efficiency-on-cartpole).
+# b = 0.5: the value this project's LASER runs have used (the MinAtar ones
+# in docs/benchmarks.md); no threshold sweep has run yet (issue 37).
 SWEEP_DEFAULTS = {'replay_fraction': 0.875, 'kl_threshold': 0.5,
                   'entropy_on_online_only': True}
 # Flags of a launcher (local.run_program, Launchpad) kept in the run's record.
