@@ -101,30 +101,14 @@ def run(game, seed):
   return record
 
 
-def _episodes(paths):
-  """(env steps [E], returns [E]) of the episodes logged in `paths`."""
-  steps, returns = [], []
-  for path in paths:
-    columns = curves.read_csv(path)
-    if 'actor_steps' in columns and 'episode_return' in columns:
-      keep = curves.kept_rows(columns['actor_steps'])
-      steps.append(columns['actor_steps'][keep])
-      returns.append(columns['episode_return'][keep])
-  if not steps:
-    return np.zeros(0), np.zeros(0)
-  steps, returns = np.concatenate(steps), np.concatenate(returns)
-  order = np.argsort(steps, kind='stable')
-  return steps[order], returns[order]
-
-
 def seed_curve(logdir):
   """Columns of one run on a grid of env steps: env_steps, wall_seconds,
   train_return_mean100, eval_return_mean10 (NaN before the first)."""
   logs = os.path.join(logdir, 'logs')
   actors = [os.path.join(logs, d, 'logs.csv') for d in sorted(os.listdir(logs))
             if d.startswith('actor_')]
-  t_steps, t_returns = _episodes(actors)
-  e_steps, e_returns = _episodes([os.path.join(logs, 'evaluator',
+  t_steps, t_returns = curves.read_episodes(actors)
+  e_steps, e_returns = curves.read_episodes([os.path.join(logs, 'evaluator',
                                                'logs.csv')])
   learner = curves.read_run(logdir)
   grid = np.linspace(0, t_steps[-1] if len(t_steps) else 0, FLAGS.points + 1)

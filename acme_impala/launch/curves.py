@@ -206,7 +206,7 @@ def agent_names(logdir: str) -> List[str]:
   return sorted(agents, key=agent_order)
 
 
-def _read_episodes(paths: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+def read_episodes(paths: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
   """(env steps [E], returns [E]) of the episodes in the CSV logs `paths`,
   merged in env-step order."""
   steps, returns = [np.zeros(0)], [np.zeros(0)]
@@ -226,13 +226,13 @@ def _read_episodes(paths: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
 def _episodes(logs: str) -> Tuple[str, np.ndarray, np.ndarray]:
   """(source, env steps [E], returns [E]): the evaluator's episodes, else
   the actors' (see `Curves.episode_source`)."""
-  steps, returns = _read_episodes([os.path.join(logs, 'evaluator',
+  steps, returns = read_episodes([os.path.join(logs, 'evaluator',
                                                 'logs.csv')])
   if len(steps):
     return 'evaluator', steps, returns
   actors = sorted(n for n in (os.listdir(logs) if os.path.isdir(logs)
                               else []) if re.match(r'actor_\d+$', n))
-  steps, returns = _read_episodes(
+  steps, returns = read_episodes(
       [os.path.join(logs, a, 'logs.csv') for a in actors])
   return ('actors' if len(steps) else ''), steps, returns
 
