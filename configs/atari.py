@@ -48,6 +48,10 @@ def get_config() -> config_lib.IMPALAConfig:
       rmsprop_decay=0.99,
       rmsprop_epsilon=0.01,
       rmsprop_momentum=0.0,
+      # The paper's optimiser (TF1's RMSPropOptimizer) starts its mean
+      # square at 1; with the summed loss the gradients are large enough
+      # that this only damps the first updates.
+      rmsprop_initial_mean_square=1.0,
       max_gradient_norm=40.0,
       # Not in the paper (its actors ran one environment each, on many
       # machines): 2 actors x 8 environments on EnvPool. More environments

@@ -25,6 +25,37 @@ def test_defaults_and_named_configs_are_valid():
   assert cartpole.sequence_length == cartpole.unroll_length + 1
 
 
+# The fields that decide what an update does; a bare config must be one
+# measured setting of them, not Table G.1's optimiser with the mean loss.
+_LEARNING_FIELDS = ('unroll_length', 'batch_size', 'discount',
+                    'baseline_cost', 'entropy_cost', 'reward_clipping',
+                    'loss_reduction', 'learning_rate', 'rmsprop_decay',
+                    'rmsprop_epsilon', 'rmsprop_momentum',
+                    'rmsprop_initial_mean_square', 'max_gradient_norm',
+                    'network', 'mlp_hidden_sizes', 'lstm_size', 'env_id')
+
+
+def test_bare_defaults_are_the_cartpole_presets_learning_values():
+  bare = config_lib.IMPALAConfig()
+  cartpole = presets.get_config('cartpole')
+  differing = {f: (getattr(bare, f), getattr(cartpole, f))
+               for f in _LEARNING_FIELDS
+               if getattr(bare, f) != getattr(cartpole, f)}
+  assert not differing, differing
+  # The pairing the issue named: a mean-reduced loss with Sonnet's start of
+  # the mean square and a small epsilon, not the summed loss's 1 and 0.01.
+  assert bare.loss_reduction == 'mean'
+  assert bare.rmsprop_initial_mean_square == 0.0
+  assert bare.rmsprop_epsilon < 1e-3
+
+
+def test_the_atari_preset_keeps_the_papers_optimiser_with_the_summed_loss():
+  atari = presets.get_config('atari')
+  assert atari.loss_reduction == 'sum'
+  assert atari.rmsprop_initial_mean_square == 1.0
+  assert (atari.learning_rate, atari.rmsprop_epsilon) == (0.0006, 0.01)
+
+
 @pytest.mark.parametrize('field,value,expected', [
     ('discount', 1.5, r'\[0.0, 1.0\]'),
     ('discount', -0.1, r'\[0.0, 1.0\]'),
