@@ -398,6 +398,45 @@ def test_sweep_agents_get_their_own_seed_streams(tmp_path):
   assert len(set(seeds)) == len(seeds)
 
 
+def _initial_weights(logdir):
+  found = re.search(r'learner: initial weights (\w+) \(init seed (\d+)\)',
+                    _node_output(logdir, 'learner-0'))
+  assert found, _node_output(logdir, 'learner-0')[-3000:]
+  return found.group(1), int(found.group(2))
+
+
+def test_two_programs_with_one_seed_start_from_the_same_weights(
+    first_run, tmp_path):
+  """Issue 37: the same --seed gives the same initial learner weights in
+  two separate programs, and they are the network the builder makes from
+  the seed the learner node derives (computed here, a third process)."""
+  from acme_impala.agent import builder as builder_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.agent import networks  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import nodes  # pylint: disable=g-import-not-at-top
+  from acme_impala.envs import registry  # pylint: disable=g-import-not-at-top
+  from acme import specs  # pylint: disable=g-import-not-at-top
+  first_logdir, rc, out, _ = first_run
+  assert rc == 0, out[-3000:]
+  logdir = str(tmp_path / 'again')
+  # Another actor count and budget: neither may change the first weights.
+  rc, out, _ = _run(['--num_actors=1', '--max_actor_steps=500',
+                     '--noevaluator', '--seed=0'], logdir)
+  assert rc == 0, out[-3000:]
+  digest, init_seed = _initial_weights(logdir)
+  assert (digest, init_seed) == _initial_weights(first_logdir)
+  config = run_record.load_config(logdir)
+  spec = specs.make_environment_spec(
+      registry.make_environment(config.env_id, seed=0))
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
+  options = program_lib.RunOptions(logdir=logdir, max_actor_steps=500)
+  assert init_seed == nodes.learner_init_seed(config, options)
+  net = builder_lib.IMPALABuilder(config, spec).make_network(seed=init_seed)
+  assert networks.weights_digest(net.trainable_variables) == digest
+  other = builder_lib.IMPALABuilder(config, spec).make_network(
+      seed=nodes.learner_init_seed(config.replace(seed=1), options))
+  assert networks.weights_digest(other.trainable_variables) != digest
+
+
 def test_restore_brings_back_the_replay_contents(tmp_path):
   """The replay node checkpoints its tables (Reverb's checkpointer) into
   the run's logdir at stop; --restore starts it from that checkpoint."""

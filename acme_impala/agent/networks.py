@@ -17,6 +17,7 @@ resetting its state where a new episode starts inside the sequence, which is
 what the actor did when it generated the data.
 """
 
+import hashlib
 import json
 import os
 import subprocess
@@ -35,6 +36,21 @@ from acme_impala.host import hardware
 OAR = observation_action_reward.OAR
 Logits = tf.Tensor
 Value = tf.Tensor
+
+
+def weights_digest(variables: Sequence[tf.Variable]) -> str:
+  """A short fingerprint of variables' values and shapes, in their order.
+
+  Names are left out: Sonnet numbers modules per process, so the same
+  weights carry different names in two processes. Two networks with equal
+  digests start from the same weights (a learner logs it at start).
+  """
+  digest = hashlib.sha256()
+  for v in variables:
+    value = v.numpy()
+    digest.update(repr((value.dtype.str, value.shape)).encode())
+    digest.update(value.tobytes())
+  return digest.hexdigest()[:16]
 
 
 def is_oar(inputs) -> bool:

@@ -31,6 +31,7 @@ import reverb
 from acme_impala.agent import adders as adders_lib
 from acme_impala.agent import builder as builder_lib
 from acme_impala.agent import loops
+from acme_impala.agent import networks as networks_lib
 from acme_impala.distributed import lifecycle
 from acme_impala.distributed import loggers as loggers_lib
 from acme_impala.envs import batched
@@ -260,8 +261,13 @@ class LearnerNode:
     self._options = options
     # The same --config.seed gives the same initial weights (a restarted
     # learner restores its checkpoint over them).
-    network = builder.make_network(seed=learner_init_seed(builder.config,
-                                                          options))
+    init_seed = learner_init_seed(builder.config, options)
+    network = builder.make_network(seed=init_seed)
+    # Before any checkpoint is restored over them: two programs with the
+    # same seed log the same digest (tests/test_program.py).
+    logging.info('learner: initial weights %s (init seed %d).',
+                 networks_lib.weights_digest(network.trainable_variables),
+                 init_seed)
     iterator = builder.make_dataset_iterator(
         replay.server_address, should_stop=lifecycle.stop_requested)
     self._learner = builder.make_learner(
