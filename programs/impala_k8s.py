@@ -113,7 +113,7 @@ def _kubectl(*args, check=True, capture=False):
 
 
 def _selector():
-  return f'{manifests.RUN_LABEL}={FLAGS.run_name}'
+  return manifests.run_selector(FLAGS.run_name)
 
 
 def _jobs():
@@ -177,9 +177,13 @@ def main(argv, overrides):
   command_line = job['spec']['template']['spec']['containers'][0]['command']
   logdir = next(a.split('=', 1)[1] for a in command_line
                 if a.startswith('--logdir='))
-  marker = f'{logdir}/status/stop-{attempt}'
-  _kubectl('exec', f'job/{job["metadata"]["name"]}', '--', 'sh', '-c',
-           f'mkdir -p {logdir}/status && echo "impala_k8s stop" > {marker}')
+  status = f'{logdir}/status'
+  # kubectl exec passes each argument to the container as it is, with no
+  # shell: a logdir with spaces or ';' stays one path.
+  _kubectl('exec', f'job/{job["metadata"]["name"]}', '--', 'mkdir', '-p',
+           '--', status)
+  _kubectl('exec', f'job/{job["metadata"]["name"]}', '--', 'touch', '--',
+           f'{status}/stop-{attempt}')
   _kubectl('wait', '--for=condition=complete', 'jobs', '-l', _selector(),
            f'--timeout={FLAGS.stop_timeout_s}s')
   return 0

@@ -252,6 +252,55 @@ def test_bad_input_exits_2_naming_it(tmp_path, flags, resources, message):
   assert not (tmp_path / 't1.yaml').exists()
 
 
+# A kubectl that records its arguments (one JSON list per call) and answers
+# `get jobs` with one coordinator Job whose logdir holds a shell injection.
+_FAKE_KUBECTL = r"""#!%(python)s
+import json, sys
+with open(%(calls)r, 'a') as f:
+  f.write(json.dumps(sys.argv[1:]) + '\n')
+if 'get' in sys.argv and 'jobs' in sys.argv:
+  print(json.dumps({'items': [{
+      'metadata': {'name': 'r1-coordinator', 'annotations': {
+          'acme-impala/attempt': 'a1'}, 'labels': {
+          'acme-impala/group': 'coordinator'}},
+      'spec': {'completions': 1, 'template': {'spec': {'containers': [{
+          'command': ['python', '--logdir=/data/my run;echo INJECTED']}]}}},
+      'status': {}}]}))
+"""
+
+
+@pytest.mark.parametrize('command', ['apply', 'status', 'stop'])
+def test_kubectl_calls_select_by_app_and_instance_and_use_no_shell(
+    tmp_path, command):
+  """Issue 38: a selector with the app name and the instance both, and no
+  user value through a shell (a logdir with ';' stays one argument)."""
+  calls = tmp_path / 'calls'
+  kubectl = tmp_path / 'kubectl'
+  kubectl.write_text(_FAKE_KUBECTL % dict(python=sys.executable,
+                                          calls=str(calls)))
+  kubectl.chmod(0o755)
+  extra = (['--image=img', f'--output={tmp_path}', '--max_actor_steps=100']
+           if command == 'apply' else [])
+  result = subprocess.run(
+      [sys.executable, K8S, command, '--run_name=r1', f'--kubectl={kubectl}',
+       '--stop_timeout_s=1'] + extra, capture_output=True, text=True,
+      cwd=ROOT, timeout=120)
+  assert result.returncode == 0, (
+      result.stderr[-2000:])
+  made = [json.loads(line) for line in calls.read_text().splitlines()]
+  selectors = [c[c.index('-l') + 1] for c in made if '-l' in c]
+  assert selectors, made
+  assert set(selectors) == {
+      'app.kubernetes.io/name=acme-impala,app.kubernetes.io/instance=r1'}
+  assert not any('sh' in c or '-c' in c for c in made), made
+  if command == 'stop':
+    execs = [c[c.index('--', c.index('exec')) + 1:] for c in made
+             if 'exec' in c]
+    assert execs == [['mkdir', '-p', '--', '/data/my run;echo INJECTED/status'],
+                     ['touch', '--',
+                      '/data/my run;echo INJECTED/status/stop-a1']], made
+
+
 def test_pod_entry_bad_flags_exit_2(tmp_path):
   env = dict(os.environ)
   env.pop('JOB_COMPLETION_INDEX', None)

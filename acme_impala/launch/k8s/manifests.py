@@ -31,6 +31,7 @@ from acme_impala.distributed import lifecycle
 from acme_impala.launch.k8s import naming
 
 NAME_LABEL = 'app.kubernetes.io/name'
+APP_NAME = 'acme-impala'  # NAME_LABEL's value on every object of a run.
 RUN_LABEL = 'app.kubernetes.io/instance'
 GROUP_LABEL = 'acme-impala/group'
 CONTAINER = 'node'
@@ -108,8 +109,15 @@ def _group_spec(resources: Mapping[str, Any], group: str) -> Dict[str, Any]:
   return spec
 
 
+def run_selector(run_name: str) -> str:
+  """The label selector of one run's objects: the app name and the instance
+  both, so no other application's objects that share an instance label are
+  ever listed, replaced or deleted."""
+  return f'{NAME_LABEL}={APP_NAME},{RUN_LABEL}={run_name}'
+
+
 def _labels(run_name: str, group: Optional[str] = None) -> Dict[str, str]:
-  labels = {NAME_LABEL: 'acme-impala', RUN_LABEL: run_name}
+  labels = {NAME_LABEL: APP_NAME, RUN_LABEL: run_name}
   if group is not None:
     labels[GROUP_LABEL] = naming.dns_label(group)
   return labels
