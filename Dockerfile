@@ -21,6 +21,12 @@ COPY configs ./configs
 RUN pip install --no-deps -e . \
  && python -c "import acme_impala.launch.k8s.node"
 
+# An unprivileged user, the uid the manifests run as (runAsNonRoot with
+# runAsUser 10001); the code and the venv stay root's and read-only to it.
+RUN useradd --uid 10001 --user-group --no-create-home \
+        --shell /usr/sbin/nologin impala
+USER 10001
+
 # Pods run `python -m acme_impala.launch.k8s.node --group=... <program flags>`
 # (the command comes from the rendered Job); nothing runs by default.
 CMD ["python", "-m", "acme_impala.launch.k8s.node", "--help"]

@@ -140,6 +140,10 @@ def main(argv, overrides):
     print(f'impala_k8s: wrote {len(objects)} objects for '
           f'{sum(sizes.values())} nodes in {len(sizes)} groups to {path} '
           f'({time.time() - start:.1f} s).')
+    if not manifests.has_digest(FLAGS.image):
+      print(f'impala_k8s: note: --image={FLAGS.image} is a tag, which can '
+            'move; an image digest (...@sha256:<64 hex>) pins what every '
+            'pod runs (docs/gke.md).')
     return 0
   if command == 'apply':
     active = [j['metadata']['name'] for j in _jobs()

@@ -162,6 +162,7 @@ def atari_256(tmp_path_factory):
 
 def test_render_atari_256_actors(atari_256):
   objects, seconds, stdout = atari_256
+  assert 'an image digest' in stdout  # --image=img:1 is a tag.
   print(f'render --config=atari --num_actors=256: {seconds:.1f} s '
         f'wall, {stdout.strip()}')
   kinds = [o['kind'] for o in objects]
@@ -180,8 +181,27 @@ def test_render_atari_256_actors(atari_256):
   assert pod['nodeSelector'] == {'cloud.google.com/gke-spot': 'true'}
   assert pod['containers'][0]['resources']['requests']['cpu'] == '500m'
   learner = jobs['t1-learner']['spec']['template']['spec']
+  # The file's memory limit; the default cpu limit (8) is not below the
+  # file's request (8).
   assert learner['containers'][0]['resources']['limits'] == {
-      'memory': '24Gi'}
+      'cpu': '8', 'memory': '24Gi'}
+  # The counter takes the file's `default` requests (1 cpu, 2Gi), which
+  # raise its default limits (1 cpu, 1Gi) to them.
+  counter = jobs['t1-counter']['spec']['template']['spec']['containers'][0]
+  assert counter['resources'] == {'requests': {'cpu': '1', 'memory': '2Gi'},
+                                  'limits': {'cpu': '1', 'memory': '2Gi'}}
+  # Issue 38: the restricted profile on every pod.
+  for job in jobs.values():
+    pod_spec = job['spec']['template']['spec']
+    assert pod_spec['automountServiceAccountToken'] is False
+    assert pod_spec['securityContext']['runAsNonRoot'] is True
+    assert pod_spec['securityContext']['seccompProfile'] == {
+        'type': 'RuntimeDefault'}
+    context = pod_spec['containers'][0]['securityContext']
+    assert context['readOnlyRootFilesystem'] is True
+    assert context['allowPrivilegeEscalation'] is False
+    assert context['capabilities'] == {'drop': ['ALL']}
+    assert pod_spec['containers'][0]['imagePullPolicy'] == 'Always'
   command = pod['containers'][0]['command']
   assert '--config=atari' in command and '--num_actors=256' in command
   assert '--logdir=/data/t1' in command
@@ -220,6 +240,29 @@ def _mutations():
           'onExitCodes'].update(containerName='main'), 'names container'),
       'misspelt field': (lambda o: pod(o).update(subdomian='x'),
                          'subdomian'),
+      'token': (lambda o: pod(o).pop('automountServiceAccountToken'),
+                'automountServiceAccountToken must be false'),
+      'root': (lambda o: pod(o)['securityContext'].update(
+          runAsNonRoot=False), 'securityContext.runAsNonRoot'),
+      'seccomp': (lambda o: pod(o)['securityContext'].pop('seccompProfile'),
+                  'securityContext.seccompProfile'),
+      'escalation': (lambda o: pod(o)['containers'][0]['securityContext'].pop(
+          'allowPrivilegeEscalation'), 'allowPrivilegeEscalation'),
+      'writable root': (lambda o: pod(o)['containers'][0][
+          'securityContext'].update(readOnlyRootFilesystem=False),
+                        'readOnlyRootFilesystem'),
+      'capabilities': (lambda o: pod(o)['containers'][0][
+          'securityContext'].update(capabilities={'add': ['NET_ADMIN']}),
+                       'capabilities'),
+      'pull policy': (lambda o: pod(o)['containers'][0].pop(
+          'imagePullPolicy'), 'imagePullPolicy'),
+      'memory limit': (lambda o: pod(o)['containers'][0]['resources'][
+          'limits'].pop('memory'), 'no limits.memory'),
+      'limit below request': (lambda o: pod(o)['containers'][0]['resources'][
+          'limits'].update(cpu='1'), 'limits.cpu is below its request'),
+      'tmp volume': (lambda o: pod(o)['containers'][0].update(
+          volumeMounts=pod(o)['containers'][0]['volumeMounts'][:1]),
+                     'no writable volume at /tmp'),
   }
 
 
@@ -244,6 +287,9 @@ def test_checks_catch_a_broken_manifest(atari_256, mutation):
      "resources.groups.actor.requests.cpu='lots'"),
     ([], {'groups': {'actors': {}}}, 'resources.groups.actors'),
     ([], {'storage': {'size': 'big'}}, "storage.size='big'"),
+    ([], {'groups': {'learner': {'requests': {'memory': '16Gi'},
+                                 'limits': {'memory': '8Gi'}}}},
+     "limits.memory='8Gi' is below requests.memory='16Gi'"),
 ])
 def test_bad_input_exits_2_naming_it(tmp_path, flags, resources, message):
   result = _render(tmp_path, *flags, resources=resources)
@@ -478,3 +524,31 @@ def test_the_image_takes_its_pins_from_the_venvs_requirements():
     setup = f.read()
   assert 'requirements-nodeps.txt' in setup
   assert not re.search(r'[a-z]==[0-9]', setup)
+
+
+def test_the_image_runs_as_the_user_the_pods_require():
+  with open(os.path.join(ROOT, 'Dockerfile')) as f:
+    dockerfile = f.read()
+  users = [line.split()[1] for line in dockerfile.splitlines()
+           if line.startswith('USER ')]
+  # The last USER is the one the container runs as.
+  assert users and users[-1] == str(manifests.RUN_AS_USER)
+  assert f'--uid {manifests.RUN_AS_USER}' in dockerfile
+
+
+def test_image_digests_are_recognised():
+  digest = 'sha256:' + 'ab' * 32
+  assert manifests.has_digest(f'europe-docker.pkg.dev/p/r/acme-impala@{digest}')
+  assert manifests.has_digest(f'acme-impala:1.0@{digest}')
+  assert not manifests.has_digest('acme-impala:1.0')
+  assert not manifests.has_digest('acme-impala@sha256:abc')
+
+
+def test_quantities_compare_as_kubernetes_reads_them():
+  assert manifests.quantity_value('500m') == 0.5
+  assert manifests.quantity_value('2') == 2
+  assert manifests.quantity_value('1Gi') == 2 ** 30
+  assert manifests.quantity_value('1G') == 1e9
+  assert manifests.quantity_value('1.5Gi') > manifests.quantity_value('1G')
+  with pytest.raises(ValueError, match="'lots'"):
+    manifests.quantity_value('lots')

@@ -37,6 +37,8 @@ GROUP_LABEL = 'acme-impala/group'
 CONTAINER = 'node'
 VOLUME = 'logdir'
 MOUNT_PATH = '/data'
+TMP_VOLUME = 'tmp'
+TMP_PATH = '/tmp'
 NODE_FAILED_EXIT = 3  # The pod entry's (k8s/node.py) exit code of a failed node.
 FINAL_CHECKPOINT_S = 60
 # The failure count of this pod's index, which Kubernetes sets with
@@ -49,11 +51,79 @@ _QUANTITY = re.compile(
     r'(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+)?$')
 _GROUP_KEYS = ('requests', 'limits', 'nodeSelector', 'tolerations',
                'backoffLimitPerIndex')
+# Requests and limits of each role when `--resources` does not set them.
+# From the nodes' resident memory on a local run (benchmarks/soak.py:
+# 240-470 MB each on CartPole) with room for Atari's frames and networks;
+# the replay's need grows with replay_capacity, so a LASER run sets its own
+# (docs/gke.md#3-resources-file). A request above a default limit raises
+# that limit to the request.
+DEFAULT_RESOURCES = {
+    'learner': {'requests': {'cpu': '2', 'memory': '4Gi'},
+                'limits': {'cpu': '8', 'memory': '8Gi'}},
+    'replay': {'requests': {'cpu': '1', 'memory': '2Gi'},
+               'limits': {'cpu': '2', 'memory': '8Gi'}},
+    'actor': {'requests': {'cpu': '1', 'memory': '1Gi'},
+              'limits': {'cpu': '2', 'memory': '2Gi'}},
+    'evaluator': {'requests': {'cpu': '1', 'memory': '1Gi'},
+                  'limits': {'cpu': '2', 'memory': '2Gi'}},
+    'counter': {'requests': {'cpu': '250m', 'memory': '512Mi'},
+                'limits': {'cpu': '1', 'memory': '1Gi'}},
+    'coordinator': {'requests': {'cpu': '250m', 'memory': '512Mi'},
+                    'limits': {'cpu': '1', 'memory': '1Gi'}},
+}
+# The image's unprivileged user (Dockerfile); fsGroup makes the run's volume
+# writable to it.
+RUN_AS_USER = 10001
+_DIGEST = re.compile(r'@sha256:[0-9a-f]{64}$')
+_SUFFIXES = {'m': 1e-3, 'k': 1e3, 'M': 1e6, 'G': 1e9, 'T': 1e12, 'P': 1e15,
+             'E': 1e18, 'Ki': 2.**10, 'Mi': 2.**20, 'Gi': 2.**30,
+             'Ti': 2.**40, 'Pi': 2.**50, 'Ei': 2.**60}
 
 
 def is_quantity(value: Any) -> bool:
   return isinstance(value, (int, float)) or bool(
       _QUANTITY.match(str(value)))
+
+
+def quantity_value(value: Any) -> float:
+  """A Kubernetes quantity as a number (cores or bytes): '500m' -> 0.5."""
+  text = str(value)
+  match = _QUANTITY.match(text)
+  if not match:
+    raise ValueError(f'{value!r} is not a Kubernetes quantity.')
+  suffix = match.group(3) or ''
+  if suffix in _SUFFIXES:
+    return float(text[:-len(suffix)]) * _SUFFIXES[suffix]
+  return float(text)
+
+
+def has_digest(image: str) -> bool:
+  """Whether an image reference pins its content (`...@sha256:<64 hex>`)."""
+  return bool(_DIGEST.search(image))
+
+
+def container_resources(resources: Mapping[str, Any], group: str
+                        ) -> Dict[str, Dict[str, str]]:
+  """Requests and limits of one group: the role's defaults, then the
+  file's `default`, then its role's entry, key by key; a limit below its
+  request is raised to it where the limit is a default."""
+  role = lifecycle.role_of(group)
+  out = {k: dict(v) for k, v in DEFAULT_RESOURCES[role].items()}
+  given = {'requests': {}, 'limits': {}}
+  for spec in (resources['groups'].get('default') or {},
+               resources['groups'].get(role) or {}):
+    for kind in ('requests', 'limits'):
+      for name, value in (spec.get(kind) or {}).items():
+        out[kind][name] = given[kind][name] = str(value)
+  for name, request in out['requests'].items():
+    limit = out['limits'].get(name)
+    if limit is not None and quantity_value(limit) < quantity_value(request):
+      if name in given['limits']:
+        raise ValueError(
+            f'resources.groups.{role}: limits.{name}={limit!r} is below '
+            f'requests.{name}={request!r}.')
+      out['limits'][name] = request
+  return out
 
 
 def validate_resources(resources: Mapping[str, Any]) -> Dict[str, Any]:
@@ -169,8 +239,6 @@ def render(run_name: str, image: str, namespace: str,
     job = naming.job_name(run_name, group, size)
     labels = _labels(run_name, group)
     spec = _group_spec(resources, group)
-    container_resources = {k: {n: str(v) for n, v in spec[k].items()}
-                           for k in ('requests', 'limits') if spec.get(k)}
     objects.append({
         'apiVersion': 'v1', 'kind': 'Service',
         'metadata': {'name': job, 'namespace': namespace, 'labels': labels},
@@ -184,6 +252,8 @@ def render(run_name: str, image: str, namespace: str,
     container = {
         'name': CONTAINER,
         'image': image,
+        # A tag can move; with a digest Always costs one manifest check.
+        'imagePullPolicy': 'Always',
         'command': ['python', '-m', 'acme_impala.launch.k8s.node',
                     f'--group={group}', f'--run_name={run_name}',
                     f'--attempt={attempt}',
@@ -194,22 +264,49 @@ def render(run_name: str, image: str, namespace: str,
         'env': [
             {'name': 'PYTHONUNBUFFERED', 'value': '1'},
             {'name': 'TF_CPP_MIN_LOG_LEVEL', 'value': '1'},
+            # The root filesystem is read-only: everything a library
+            # writes outside the logdir goes to the /tmp volume.
+            {'name': 'HOME', 'value': TMP_PATH},
+            {'name': 'TMPDIR', 'value': TMP_PATH},
+            {'name': 'MPLCONFIGDIR', 'value': TMP_PATH},
+            {'name': 'PYTHONDONTWRITEBYTECODE', 'value': '1'},
             {'name': 'ACME_IMPALA_RESTART_COUNT', 'valueFrom': {'fieldRef': {
                 'fieldPath':
                     f"metadata.annotations['{FAILURE_COUNT_ANNOTATION}']"}}},
         ],
-        'volumeMounts': [{'name': VOLUME, 'mountPath': MOUNT_PATH}],
+        'volumeMounts': [{'name': VOLUME, 'mountPath': MOUNT_PATH},
+                         {'name': TMP_VOLUME, 'mountPath': TMP_PATH}],
         'terminationMessagePolicy': 'FallbackToLogsOnError',
+        'resources': container_resources(resources, group),
+        # The Pod Security Standards' restricted profile.
+        'securityContext': {
+            'runAsNonRoot': True,
+            'runAsUser': RUN_AS_USER,
+            'runAsGroup': RUN_AS_USER,
+            'allowPrivilegeEscalation': False,
+            'readOnlyRootFilesystem': True,
+            'capabilities': {'drop': ['ALL']},
+            'seccompProfile': {'type': 'RuntimeDefault'},
+        },
     }
-    if container_resources:
-      container['resources'] = container_resources
     pod_spec: Dict[str, Any] = {
         'subdomain': job,
         'restartPolicy': 'Never',
         'terminationGracePeriodSeconds': grace,
+        # No node talks to the Kubernetes API; courier runs what it is
+        # sent, so a mounted token would be one request away.
+        'automountServiceAccountToken': False,
+        'securityContext': {
+            'runAsNonRoot': True,
+            'runAsUser': RUN_AS_USER,
+            'runAsGroup': RUN_AS_USER,
+            'fsGroup': RUN_AS_USER,
+            'seccompProfile': {'type': 'RuntimeDefault'},
+        },
         'containers': [container],
         'volumes': [{'name': VOLUME,
-                     'persistentVolumeClaim': {'claimName': claim}}],
+                     'persistentVolumeClaim': {'claimName': claim}},
+                    {'name': TMP_VOLUME, 'emptyDir': {}}],
     }
     if spec.get('nodeSelector'):
       pod_spec['nodeSelector'] = {k: str(v)
@@ -346,6 +443,7 @@ def lint(objects: Sequence[Mapping[str, Any]],
           if not is_quantity(value):
             problems.append(f'Job/{name}: {kind}.{resource}={value!r} is not '
                             'a quantity.')
+    problems += _hardening_problems(name, pod)
     if not any(all(labels.get(k) == v for k, v in
                    p['spec']['podSelector'].get('matchLabels', {}).items())
                for p in policies.values()):
@@ -353,4 +451,59 @@ def lint(objects: Sequence[Mapping[str, Any]],
   missing = set(group_sizes) - groups_seen
   if missing:
     problems.append(f'groups without a Job: {sorted(missing)}.')
+  return problems
+
+
+# The restricted profile's fields, and ours, each with the value required.
+_POD_SECURITY = {'runAsNonRoot': True,
+                 'seccompProfile': {'type': 'RuntimeDefault'}}
+_CONTAINER_SECURITY = {'runAsNonRoot': True,
+                       'allowPrivilegeEscalation': False,
+                       'readOnlyRootFilesystem': True,
+                       'capabilities': {'drop': ['ALL']}}
+
+
+def _hardening_problems(name: str, pod: Mapping[str, Any]) -> List[str]:
+  """One problem per missing or weakened hardening field of a pod."""
+  problems = []
+  if pod.get('automountServiceAccountToken') is not False:
+    problems.append(f'Job/{name}: automountServiceAccountToken must be '
+                    'false.')
+  context = pod.get('securityContext', {})
+  for key, want in _POD_SECURITY.items():
+    if context.get(key) != want:
+      problems.append(f'Job/{name}: securityContext.{key} must be {want!r}, '
+                      f'not {context.get(key)!r}.')
+  if not context.get('runAsUser'):
+    problems.append(f'Job/{name}: securityContext.runAsUser must be a '
+                    'non-zero user id.')
+  volumes = {v['name'] for v in pod.get('volumes', [])}
+  for container in pod.get('containers', []):
+    where = f'Job/{name}: container {container.get("name")!r}'
+    c_context = container.get('securityContext', {})
+    for key, want in _CONTAINER_SECURITY.items():
+      if c_context.get(key) != want:
+        problems.append(f'{where}: securityContext.{key} must be {want!r}, '
+                        f'not {c_context.get(key)!r}.')
+    if c_context.get('runAsUser') == 0:
+      problems.append(f'{where}: securityContext.runAsUser must not be 0.')
+    if container.get('imagePullPolicy') not in ('Always', 'IfNotPresent'):
+      problems.append(f'{where}: imagePullPolicy is not set.')
+    limits = container.get('resources', {}).get('limits', {})
+    requests = container.get('resources', {}).get('requests', {})
+    for resource in ('cpu', 'memory'):
+      for kind, values in (('requests', requests), ('limits', limits)):
+        if resource not in values:
+          problems.append(f'{where}: no {kind}.{resource}.')
+      if resource in limits and resource in requests and is_quantity(
+          limits[resource]) and is_quantity(requests[resource]) and (
+              quantity_value(limits[resource]) <
+              quantity_value(requests[resource])):
+        problems.append(f'{where}: limits.{resource} is below its request.')
+    mounts = {m['mountPath'] for m in container.get('volumeMounts', [])
+              if m.get('name') in volumes}
+    for path in (MOUNT_PATH, TMP_PATH):
+      if path not in mounts:
+        problems.append(f'{where}: no writable volume at {path} (the root '
+                        'filesystem is read-only).')
   return problems
