@@ -267,6 +267,37 @@ def test_bad_config_fails_before_any_process(tmp_path):
   assert not os.path.exists(os.path.join(logdir, 'logs'))
 
 
+@pytest.mark.parametrize('program', ['impala_lp.py', 'laser_sweep_lp.py'])
+@pytest.mark.parametrize('flag,message', [
+    ('--bogus=1', "Unknown command line flag 'bogus'"),
+    ('--num_actors=abc', "flag --num_actors=abc: invalid literal"),
+    ('--node_start=spawn', '--node_start'),
+])
+def test_bad_flags_exit_2_with_one_line_naming_them(program, flag, message):
+  """Issue 38: a flag absl rejects exits 2 (a usage error) with one line,
+  as the config's checks do, not absl's exit 1."""
+  proc = subprocess.run([PYTHON, os.path.join(ROOT, 'programs', program),
+                         flag], cwd=ROOT, capture_output=True, text=True,
+                        timeout=120)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and message in lines[0], proc.stderr
+  assert lines[0].startswith(program.replace('.py', '') + ': error: ')
+
+
+def test_help_lists_the_programs_own_flags():
+  proc = subprocess.run([PYTHON, os.path.join(ROOT, 'programs',
+                                              'impala_lp.py'), '--help'],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  listed = set(re.findall(r'^  --(?:\[no\])?(\w+)', proc.stdout, re.M))
+  # From program_flags, local.run_program and Launchpad.
+  assert {'config', 'num_actors', 'max_actor_steps', 'logdir', 'restore',
+          'seed', 'learning_rates', 'restarts', 'progress_interval_s',
+          'lp_launch_type'} <= listed, listed
+  assert not any(f.startswith('lp_dummy') for f in listed), listed
+
+
 _DESCRIBE = r'''
 import json, sys
 from acme_impala.agent import builder
