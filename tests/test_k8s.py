@@ -552,3 +552,62 @@ def test_quantities_compare_as_kubernetes_reads_them():
   assert manifests.quantity_value('1.5Gi') > manifests.quantity_value('1G')
   with pytest.raises(ValueError, match="'lots'"):
     manifests.quantity_value('lots')
+
+
+# Checks of the restricted profile (and ours) that must run and pass.
+_CHECKOV_REQUIRED = {
+    'CKV_K8S_10', 'CKV_K8S_11', 'CKV_K8S_12', 'CKV_K8S_13',  # requests/limits
+    'CKV_K8S_15',  # imagePullPolicy
+    'CKV_K8S_16', 'CKV_K8S_20',  # privileged, privilege escalation
+    'CKV_K8S_22',  # read-only root filesystem
+    'CKV_K8S_23', 'CKV_K8S_40',  # non-root, high uid
+    'CKV_K8S_28', 'CKV_K8S_37',  # capabilities dropped
+    'CKV_K8S_31',  # seccomp
+    'CKV_K8S_38',  # no service-account token
+    'CKV_K8S_43',  # image by digest
+}
+
+
+def _checkov(path):
+  setup = subprocess.run(['bash', os.path.join(ROOT, 'scripts',
+                                               'setup_checkov.sh')],
+                         capture_output=True, text=True, timeout=1200)
+  assert setup.returncode == 0, setup.stderr[-3000:]
+  result = subprocess.run(
+      [os.path.join(ROOT, '.venv-checkov', 'bin', 'checkov'), '-f', path,
+       '--framework', 'kubernetes', '-o', 'json'],
+      capture_output=True, text=True, timeout=300,
+      # Offline: no guideline download.
+      env=dict(os.environ, BC_SKIP_MAPPING='TRUE'))
+  report = json.loads(result.stdout)
+  passed = {c['check_id'] for c in report['results'].get('passed_checks', [])}
+  failed = sorted({(c['check_id'], c['check_name'], c['resource'])
+                   for c in report['results'].get('failed_checks', [])})
+  return passed, failed
+
+
+def test_an_independent_policy_checker_passes_the_rendered_pods(
+    atari_256, tmp_path):
+  """Issue 38: checkov (its own venv, scripts/setup_checkov.sh) passes
+  every Kubernetes check on the rendered run, given what docs/gke.md asks of
+  the user (an image digest and a namespace of the run's own), and fails
+  the same manifests with a pod's hardening removed."""
+  objects = copy.deepcopy(atari_256[0])
+  image = 'europe-docker.pkg.dev/p/r/acme-impala@sha256:' + 'ab' * 32
+  for obj in objects:
+    obj['metadata']['namespace'] = 'impala'
+    if obj['kind'] == 'Job':
+      obj['spec']['template']['spec']['containers'][0]['image'] = image
+  path = tmp_path / 'hardened.yaml'
+  path.write_text(yaml.safe_dump_all(objects))
+  passed, failed = _checkov(str(path))
+  assert failed == [], failed
+  assert _CHECKOV_REQUIRED <= passed, _CHECKOV_REQUIRED - passed
+  learner = next(o for o in objects if o['kind'] == 'Job' and
+                 o['metadata']['name'] == 't1-learner')
+  pod = learner['spec']['template']['spec']
+  del pod['automountServiceAccountToken']
+  del pod['containers'][0]['securityContext']['allowPrivilegeEscalation']
+  path.write_text(yaml.safe_dump_all(objects))
+  _, failed = _checkov(str(path))
+  assert {c[0] for c in failed} == {'CKV_K8S_20', 'CKV_K8S_38'}, failed

@@ -27,6 +27,7 @@ import launchpad as lp
 from launchpad import address as lp_address
 import numpy as np
 import reverb
+import tensorflow as tf
 
 from acme_impala.agent import adders as adders_lib
 from acme_impala.agent import builder as builder_lib
@@ -221,6 +222,40 @@ class ReplayNode(lp.ReverbNode):
     lifecycle.run_guarded(self._label, self._status_dir, loop)
 
 
+class CounterState(tf.train.experimental.PythonState):
+  """A counter's state as JSON inside its TensorFlow checkpoint.
+
+  Acme's Checkpointer would wrap the Counter in its SaveableAdapter, which
+  pickles the state: loading that file would run whatever whoever can write
+  the logdir put in it. Counts and cache are numbers by name, so JSON holds
+  them exactly; a pickled checkpoint of an older run is refused.
+  """
+
+  def __init__(self, counter: counting.Counter, label: str):
+    self._counter = counter
+    self._label = label
+
+  def serialize(self) -> str:
+    state = self._counter.save()
+    return json.dumps({k: dict(v) for k, v in state.items()}, sort_keys=True)
+
+  def deserialize(self, data) -> None:
+    raw = data if isinstance(data, bytes) else str(data).encode()
+    if raw[:1] == b'\x80':  # Pickle's protocol opcode.
+      raise ValueError(
+          f'{self._label}: its checkpoint holds a pickled state (written by '
+          'an older version); it is not loaded, since unpickling a file runs '
+          'code. Remove checkpoints/counter from the logdir to start the '
+          'counts from 0.')
+    try:
+      state = json.loads(raw.decode())
+      counts, cache = dict(state['counts']), dict(state['cache'])
+    except (ValueError, KeyError, TypeError) as error:
+      raise ValueError(f'{self._label}: its checkpoint is not a counter '
+                       f'state: {error}') from error
+    self._counter.restore({'counts': counts, 'cache': cache})
+
+
 class CounterNode(counting.Counter):
   """The agent's Acme Counter, checkpointed on a timer and at stop.
 
@@ -235,7 +270,7 @@ class CounterNode(counting.Counter):
     super().__init__()
     self._options = options
     self._checkpointer = _checkpointer(
-        self, 'counter', options,
+        CounterState(self, options.label('counter')), 'counter', options,
         min(checkpoint_period_minutes, self._PERIOD_MINUTES))
 
   def run(self):
