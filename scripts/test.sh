@@ -10,4 +10,12 @@ if [[ "$(id -u)" == 0 ]] && ! command -v dnsmasq >/dev/null 2>&1; then
   apt-get update >/dev/null && apt-get install -y dnsmasq-base >/dev/null
 fi
 cd "$ROOT"
-exec "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
+# checkov's venv (tests/test_k8s.py's policy check) is mostly downloads:
+# made in the background while the first tests run; the test waits for it.
+# Its own session, so the EXIT trap ends pip with it when tests stop early.
+setsid bash "$ROOT/scripts/setup_checkov.sh" >/dev/null 2>&1 &
+checkov_setup=$!
+trap 'kill -- "-$checkov_setup" 2>/dev/null || true' EXIT
+status=0
+"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@" || status=$?
+exit "$status"
