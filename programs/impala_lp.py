@@ -27,6 +27,7 @@ from absl import app
 from absl import flags
 import launchpad as lp  # pylint: disable=unused-import  # Defines --lp_launch_type.
 
+from acme_impala.distributed import run_record
 from acme_impala.launch import local
 from acme_impala.launch import program_flags
 
@@ -59,12 +60,13 @@ def _describe(name, run, logdir):
 def main(argv, overrides, name='impala_lp'):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  # Imports that pull TensorFlow come after flag parsing, so that --help and
-  # flag errors are instant.
-  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
-
   logdir = FLAGS.logdir or program_flags.default_logdir()
   try:
+    # What needs no TensorFlow is checked before it loads (seconds): the
+    # configs' values and the logdir. prepare() checks the rest.
+    program_flags.make_configs(overrides)
+    run_record.check_logdir(logdir)
+    from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
     run = program_flags.prepare(overrides, logdir)
   except (ValueError, TypeError) as error:
     # Bad flags or config values: one clear line, no process started.

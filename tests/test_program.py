@@ -285,6 +285,25 @@ def test_bad_flags_exit_2_with_one_line_naming_them(program, flag, message):
   assert lines[0].startswith(program.replace('.py', '') + ': error: ')
 
 
+@pytest.mark.parametrize('kind', ['file', 'under a file', 'uncreatable'])
+def test_an_unusable_logdir_exits_2_naming_it(tmp_path, kind):
+  """Issue 38: no traceback, nothing started or created, before TensorFlow
+  loads."""
+  afile = tmp_path / 'afile'
+  afile.write_text('not a directory')
+  logdir = {'file': str(afile), 'under a file': str(afile / 'run'),
+            'uncreatable': '/proc/acme_impala_test/run'}[kind]
+  proc = subprocess.run([PYTHON, os.path.join(ROOT, 'programs',
+                                              'impala_lp.py'),
+                         f'--logdir={logdir}'], cwd=ROOT, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and f"--logdir='{logdir}'" in lines[0], proc.stderr
+  assert proc.stdout == ''  # Nothing described, nothing launched.
+  assert sorted(os.listdir(tmp_path)) == ['afile']
+
+
 def test_help_lists_the_programs_own_flags():
   proc = subprocess.run([PYTHON, os.path.join(ROOT, 'programs',
                                               'impala_lp.py'), '--help'],

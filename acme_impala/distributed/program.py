@@ -215,6 +215,8 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
   configs = list(configs)
   if not configs:
     raise ValueError('A run needs at least one agent config.')
+  if launcher:
+    run_record.check_logdir(logdir)
   logdir = os.path.abspath(logdir) if logdir else logdir
   sweep = len(configs) > 1
   agents: List[AgentRun] = []

@@ -25,6 +25,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import typing
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -120,6 +121,32 @@ def make_record(configs: Sequence[config_lib.IMPALAConfig],
       'written': datetime.datetime.now().astimezone().isoformat(
           timespec='seconds'),
   }
+
+
+def check_logdir(logdir: str) -> None:
+  """Raises ValueError naming `logdir` if a run cannot use it: an existing
+  path that is not a directory, or one this user cannot write (the nearest
+  existing ancestor of a new one). Nothing is created."""
+  if not logdir:
+    raise ValueError('--logdir is empty; expected a directory path.')
+  path = os.path.abspath(logdir)
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f'--logdir={logdir!r} is an existing file; expected a '
+                     'directory (a new one, or a run\'s to --restore).')
+  existing = path
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise ValueError(f'--logdir={logdir!r}: {existing!r} is a file, so the '
+                     'directory cannot be made.')
+  # A probe, not os.access: root passes access() where mkdir still fails
+  # (read-only mounts, /proc).
+  try:
+    probe = tempfile.mkdtemp(prefix='.logdir-probe-', dir=existing)
+  except OSError as error:
+    raise ValueError(f'--logdir={logdir!r}: cannot create anything in '
+                     f'{existing!r} ({error.strerror}).') from None
+  os.rmdir(probe)
 
 
 def path_of(logdir: str) -> str:
