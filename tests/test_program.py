@@ -221,7 +221,65 @@ def test_without_restore_an_existing_logdir_is_refused(first_run):
   logdir, _, _, _ = first_run
   rc, out, _ = _run(['--max_actor_steps=100'], logdir, timeout=120)
   assert rc == 2
-  assert 'already holds checkpoints' in out and '--restore' in out
+  assert 'already holds a run' in out and '--restore' in out
+
+
+def _damage(path, how):
+  if how == 'garbage':
+    with open(path, 'w') as f:
+      f.write('not a checkpoint state {{{')
+  elif how == 'truncate':
+    with open(path, 'rb') as f:
+      data = f.read()
+    with open(path, 'wb') as f:
+      f.write(data[:len(data) // 2])
+  else:
+    os.remove(path)
+
+
+def _one(directory, suffix):
+  return next(os.path.join(directory, f) for f in sorted(os.listdir(directory))
+              if suffix in f)
+
+
+@pytest.mark.parametrize('target,how,restore,message', [
+    # The issue's case: a damaged learner state file is not "no run".
+    ('learner/checkpoint', 'garbage', True, 'learner/checkpoint'),
+    ('learner/checkpoint', 'garbage', False, 'already holds a run'),
+    ('learner/checkpoint', 'remove', False, 'counter/checkpoint'),
+    ('learner/checkpoint', 'remove', True, 'learner/checkpoint is missing'),
+    ('learner/.index', 'truncate', True, 'cannot be read'),
+    ('learner/.data-', 'truncate', True, 'cannot be read'),
+    ('counter/.index', 'truncate', True, 'counter/ckpt-'),
+    ('config.json', 'remove', True, 'config.json is missing'),
+    ('config.json', 'garbage', True, 'config.json is not valid JSON'),
+    ('config.json', 'remove', False, 'already holds a run'),
+])
+def test_the_logdir_guard_names_what_is_in_the_way(first_run, tmp_path,
+                                                   target, how, restore,
+                                                   message):
+  """Issue 38: one guard reads the whole logdir (record, learner, counter,
+  replay) before any node starts; it names the damaged, missing or
+  leftover file, and changes nothing."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
+  source, rc, out, _ = first_run
+  assert rc == 0, out[-3000:]
+  logdir = str(tmp_path / 'copy')
+  shutil.copytree(source, logdir)
+  program_lib.check_logdir_for_run(logdir, [''], restore=True)  # Intact.
+  if target == 'config.json':
+    path = os.path.join(logdir, target)
+  else:
+    role, name = target.split('/')
+    directory = os.path.join(logdir, 'checkpoints', role)
+    path = (os.path.join(directory, name) if name == 'checkpoint' else
+            _one(directory, name))
+  _damage(path, how)
+  before = sorted(os.walk(logdir))
+  with pytest.raises(ValueError, match=re.escape(message)):
+    program_lib.check_logdir_for_run(logdir, [''], restore=restore)
+  assert sorted(os.walk(logdir)) == before  # Nothing rotated or removed.
 
 
 def test_failing_node_stops_program_with_message(tmp_path):

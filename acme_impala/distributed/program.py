@@ -103,14 +103,77 @@ def has_checkpoint(checkpoint_dir: str, agent: str = '') -> bool:
   return tf.train.latest_checkpoint(learner_dir) is not None
 
 
-def validate_run(config: config_lib.IMPALAConfig, options: RunOptions,
-                 check_checkpoints: bool = True) -> None:
-  """Fails before any process starts, naming the bad value.
+def _latest_readable(directory: str) -> str:
+  """The checkpoint a node would restore from `directory`, read through
+  (index and every tensor); ValueError naming the damaged file."""
+  state = os.path.join(directory, 'checkpoint')
+  try:
+    latest = tf.train.latest_checkpoint(directory)
+  except Exception as error:  # pylint: disable=broad-except
+    # A damaged state file raises its parser's error, whichever it is.
+    raise ValueError(f'{state} is damaged ({type(error).__name__}: '
+                     f'{error}).') from None
+  if latest is None:
+    raise ValueError(f'{state} names no checkpoint that exists (damaged, or '
+                     'its files were removed).')
+  try:
+    reader = tf.train.load_checkpoint(latest)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except Exception as error:  # pylint: disable=broad-except
+    raise ValueError(f'the checkpoint {latest} (its .index or .data files) '
+                     f'cannot be read: {str(error).splitlines()[0]}') from None
+  return latest
 
-  `check_checkpoints`: whether the logdir's checkpoints must agree with
-  `options.restore` (a launcher checks; a node process rebuilding the graph
-  of a running program must not, since the run has checkpoints by then).
+
+def check_logdir_for_run(logdir: str, agents: Sequence[str],
+                         restore: bool) -> None:
+  """The one guard of a run's logdir, before any node starts.
+
+  Decides from the whole logdir (config.json, and every checkpoint under
+  checkpoints/: learners, counters, the replay) whether it is a new run
+  (none of them there; `restore` must be False) or a run to restore (the
+  record and each agent's learner checkpoint there, and every checkpoint
+  readable through), and otherwise raises ValueError naming the file that
+  is in the way, damaged or missing. Reads only: nothing is rotated.
+  `agents`: the agents' labels ('' for a single agent).
   """
+  root = os.path.join(logdir, 'checkpoints')
+  record = run_record.path_of(logdir)
+  states = sorted(os.path.join(d, 'checkpoint')
+                  for d, _, files in os.walk(root) if 'checkpoint' in files)
+  replay = os.path.join(root, 'replay')
+  replay_dirs = sorted(os.listdir(replay)) if os.path.isdir(replay) else []
+  present = ([record] if os.path.exists(record) else []) + states + (
+      [replay] if replay_dirs else [])
+  if not restore:
+    if present:
+      raise ValueError(
+          f'logdir {logdir!r} already holds a run ({", ".join(present)}); '
+          'pass --restore to resume it, or choose a new logdir.')
+    return
+  if not os.path.exists(record):
+    raise ValueError(f'--restore: {record} is missing; a run to restore has '
+                     'its record there (start a new logdir without --restore).')
+  run_record.read_record(logdir)  # Raises, naming the file, if damaged.
+  for agent in agents:
+    learner = os.path.join(root, agent, 'learner')
+    if not os.path.exists(os.path.join(learner, 'checkpoint')):
+      raise ValueError(f'--restore: {learner}/checkpoint is missing; the run '
+                       'never checkpointed its learner, so there is nothing to '
+                       'resume (start a new logdir without --restore).')
+  for state in states:
+    _latest_readable(os.path.dirname(state))
+  if replay_dirs and not any(
+      os.path.exists(os.path.join(replay, d, 'DONE')) for d in replay_dirs):
+    raise ValueError(f'--restore: no checkpoint under {replay} is complete '
+                     '(none has its DONE file).')
+
+
+def validate_run(config: config_lib.IMPALAConfig, options: RunOptions
+                 ) -> None:
+  """Fails before any process starts, naming the bad value (the logdir's
+  contents are `check_logdir_for_run`'s)."""
   # The config's own rules ran when it was made (config.validate(): a
   # frozen dataclass); here what depends on this installation and CPU.
   registry.validate_environment_id(config.env_id)
@@ -127,16 +190,6 @@ def validate_run(config: config_lib.IMPALAConfig, options: RunOptions,
                      'invalid: expected an integer >= 1.')
   if not options.logdir:
     raise ValueError('logdir must be a non-empty path.')
-  if not check_checkpoints:
-    return
-  exists = has_checkpoint(options.checkpoint_dir, options.agent)
-  if options.restore and not exists:
-    raise ValueError(f'restore=True but there is no learner checkpoint under '
-                     f'{options.checkpoint_dir!r}; run without restore first.')
-  if not options.restore and exists:
-    raise ValueError(f'logdir {options.logdir!r} already holds checkpoints; '
-                     'pass restore=True (--restore) to resume, or choose a '
-                     'new logdir.')
 
 
 def validate_shared_replay(configs: Sequence[config_lib.IMPALAConfig]) -> None:
@@ -226,7 +279,7 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
         num_actors=num_actors, restore=restore, evaluator=evaluator,
         eval_episodes=eval_episodes, agent=f'agent_{i}' if sweep else '',
         agent_index=i)
-    validate_run(config, options, check_checkpoints=launcher)
+    validate_run(config, options)
     agents.append(AgentRun(
         prepare_config(config, max_actor_steps, options.agent), options))
   if sweep and share_replay:
@@ -236,6 +289,8 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
       raise ValueError(f'{a.options.agent}: env_id={a.config.env_id!r} '
                        f'differs from agent_0 ({agents[0].config.env_id!r}); '
                        'the agents of one run share one environment.')
+  if launcher:
+    check_logdir_for_run(logdir, [a.options.agent for a in agents], restore)
   if launcher and restore:
     run_record.check_restore(logdir, configs)
   if environment_spec is None:
