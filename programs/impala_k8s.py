@@ -21,7 +21,10 @@ import subprocess
 import sys
 import time
 
-from absl import app
+from acme_impala.host import quiet
+quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
+
+from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 from acme_impala.launch import config_flags
@@ -203,7 +206,8 @@ def run():
       _fail(str(error))
     sys.exit(main(argv, overrides))
 
-  app.run(_main, argv=argv)
+  app.run(_main, argv=argv,
+          flags_parser=program_flags.flags_parser('impala_k8s'))
 
 
 if __name__ == '__main__':

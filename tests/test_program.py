@@ -325,11 +325,12 @@ def test_bad_config_fails_before_any_process(tmp_path):
   assert not os.path.exists(os.path.join(logdir, 'logs'))
 
 
-@pytest.mark.parametrize('program', ['impala_lp.py', 'laser_sweep_lp.py'])
+@pytest.mark.parametrize('program', ['impala_lp.py', 'laser_sweep_lp.py',
+                                     'impala_k8s.py'])
 @pytest.mark.parametrize('flag,message', [
     ('--bogus=1', "Unknown command line flag 'bogus'"),
     ('--num_actors=abc', "flag --num_actors=abc: invalid literal"),
-    ('--node_start=spawn', '--node_start'),
+    ('--node_start=spawn', 'node_start'),
 ])
 def test_bad_flags_exit_2_with_one_line_naming_them(program, flag, message):
   """Issue 38: a flag absl rejects exits 2 (a usage error) with one line,

@@ -15,6 +15,7 @@ import launchpad as lp
 from acme_impala.distributed import lifecycle
 from acme_impala.launch import config_flags
 from acme_impala.launch import plots
+from acme_impala.launch import program_flags
 from acme_impala.launch import progress
 from acme_impala.launch import supervisor
 
@@ -103,10 +104,6 @@ def write_curves(logdir: str) -> str:
     return f'no curves drawn: {error}'
 
 
-# Launchpad's flags a user of these programs sets (--help lists them).
-_LAUNCHPAD_FLAGS = ('lp_launch_type', 'lp_termination_notice_secs')
-
-
 def run_program(name: str, main) -> None:
   """absl entry point shared by programs/: strips --config.<field> flags,
   sets Launchpad defaults, and exits 2 with one line on a bad override.
@@ -142,31 +139,6 @@ def run_program(name: str, main) -> None:
   # (10 s) would then kill the runtime instead of letting it checkpoint.
   flags.FLAGS.set_default('lp_termination_notice_secs', 30)
 
-  def _help():
-    # The program's own flags (defined in acme_impala's modules, and
-    # Launchpad's launch type) as key flags of the main module, which is
-    # what absl's short help lists.
-    for module, defined in flags.FLAGS.flags_by_module_dict().items():
-      for flag in defined:
-        if module.startswith('acme_impala') or flag.name in _LAUNCHPAD_FLAGS:
-          flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-    doc = (sys.modules['__main__'].__doc__ or '').strip()
-    print(f'{doc}\n\nflags:\n{flags.FLAGS.main_module_help()}\n\n'
-          f'--config.<field>=<value> sets any IMPALAConfig field; '
-          '--helpfull lists every flag of every library.')
-
-  def _parse(args):
-    if any(a in ('--help', '-h', '--helpshort', '-?') for a in args[1:]):
-      _help()
-      sys.exit(0)
-    try:
-      return flags.FLAGS(args)
-    except flags.Error as error:
-      # One line naming the flag, exit status 2 (a usage error), as the
-      # config's own checks.
-      print(f'{name}: error: {error} (see --help)', file=sys.stderr)
-      sys.exit(2)
-
   def _main(argv):
     try:
       overrides = config_flags.parse_overrides(overrides_text)
@@ -176,4 +148,4 @@ def run_program(name: str, main) -> None:
       sys.exit(2)
     sys.exit(main(argv, overrides))
 
-  app.run(_main, argv=argv, flags_parser=_parse)
+  app.run(_main, argv=argv, flags_parser=program_flags.flags_parser(name))

@@ -10,6 +10,7 @@ node process, which then rebuilds exactly the graph its launcher validated.
 """
 
 import os
+import sys
 import time
 from typing import Any, Dict, List
 
@@ -32,6 +33,43 @@ SWEEP_DEFAULTS = {'replay_fraction': 0.875, 'kl_threshold': 0.5,
 # Flags of a launcher (local.run_program, Launchpad) kept in the run's record.
 LAUNCHER_FLAGS = ('lp_launch_type', 'restarts', 'node_start', 'verbose',
                   'progress_interval_s')
+
+
+# Launchpad's flags a user of these programs sets (--help lists them).
+_LAUNCHPAD_FLAGS = ('lp_launch_type', 'lp_termination_notice_secs')
+
+
+def _print_help() -> None:
+  # The program's own flags (defined in acme_impala's modules, and
+  # Launchpad's launch type) as key flags of the main module, which is what
+  # absl's short help lists.
+  for module, defined in FLAGS.flags_by_module_dict().items():
+    for flag in defined:
+      if module.startswith('acme_impala') or flag.name in _LAUNCHPAD_FLAGS:
+        FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  doc = (sys.modules['__main__'].__doc__ or '').strip()
+  print(f'{doc}\n\nflags:\n{FLAGS.main_module_help()}\n\n'
+        '--config.<field>=<value> sets any IMPALAConfig field; --helpfull '
+        'lists every flag of every library.')
+
+
+def flags_parser(name: str):
+  """absl's `flags_parser` for the programs: --help lists the program's own
+  flags and exits 0; a flag absl rejects (unknown, malformed, out of range)
+  exits 2 (a usage error) with one line naming it, as the config's checks
+  do."""
+
+  def parse(args):
+    if any(a in ('--help', '-h', '--helpshort', '-?') for a in args[1:]):
+      _print_help()
+      sys.exit(0)
+    try:
+      return FLAGS(args)
+    except flags.Error as error:
+      print(f'{name}: error: {error} (see --help)', file=sys.stderr)
+      sys.exit(2)
+
+  return parse
 
 
 def define() -> None:
