@@ -86,13 +86,15 @@ def run(game, seed):
          f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
          '--progress_interval_s=60'] + list(FLAGS.program_flags)
   print(f'minatar.py: {game} seed {seed}: {" ".join(cmd[1:])}', flush=True)
+  # The code the run starts with: the tree may change while it runs.
+  commit = provenance.git_commit()
   start = time.time()
   code = subprocess.call(cmd)
   record = dict(game=game, seed=seed, exit=code,
                 wall_seconds=time.time() - start,
                 max_actor_steps=FLAGS.max_actor_steps,
                 program_flags=list(FLAGS.program_flags),
-                commit=provenance.git_commit(), cpu=provenance.cpu())
+                commit=commit, cpu=provenance.cpu())
   if code != 0:
     raise SystemExit(f'minatar.py: {game} seed {seed} exited {code}; see '
                      f'{logdir}/nodes/.')
