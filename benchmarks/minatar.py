@@ -8,7 +8,8 @@ no frame skip: steps are frames), one run at a time, and writes under
   minatar_<game>_s<seed>.csv  per seed, one row per `--points` grid point:
                               env steps, wall seconds, mean return of the
                               last 100 training episodes, evaluator return
-                              (mean of its last 10 episodes);
+                              (mean of its last 10 episodes), the run's
+                              commit and CPU;
   minatar_<game>.png          mean over seeds with the min-max band, and
                               the MinAtar paper's AC(lambda) at 5M steps;
   minatar_summary.csv, and a Markdown table printed at the end: final
@@ -131,14 +132,16 @@ def seed_curve(logdir):
               episodes=len(t_returns))
 
 
-def _write_csv(path, columns):
+def _write_csv(path, columns, record):
+  """One row per grid point, each naming the run's commit and CPU."""
   keys = ['env_steps', 'wall_seconds', 'train_return_mean100',
           'eval_return_mean10']
   with open(path, 'w', newline='') as f:
     writer = csv.writer(f)
-    writer.writerow(keys)
+    writer.writerow(keys + ['commit', 'cpu'])
     for row in zip(*(columns[k] for k in keys)):
-      writer.writerow([f'{v:.6g}' for v in row])
+      writer.writerow([f'{v:.6g}' for v in row] +
+                      [record['commit'], record['cpu']])
 
 
 def _draw(game, seed_curves, path):
@@ -172,7 +175,7 @@ def summarize(records):
       continue
     for r, c in runs:
       _write_csv(os.path.join(FLAGS.outdir,
-                              f'minatar_{game}_s{r["seed"]}.csv'), c)
+                              f'minatar_{game}_s{r["seed"]}.csv'), c, r)
     _draw(game, [c for _, c in runs],
           os.path.join(FLAGS.outdir, f'minatar_{game}.png'))
     finals = np.array([c['final_train'] for _, c in runs])
