@@ -98,11 +98,6 @@ class PreparedRun:
     return self.agents[0].options.status_dir
 
 
-def has_checkpoint(checkpoint_dir: str, agent: str = '') -> bool:
-  learner_dir = os.path.join(checkpoint_dir, agent, 'learner')
-  return tf.train.latest_checkpoint(learner_dir) is not None
-
-
 def _latest_readable(directory: str) -> str:
   """The checkpoint a node would restore from `directory`, read through
   (index and every tensor); ValueError naming the damaged file."""
@@ -130,7 +125,8 @@ def check_logdir_for_run(logdir: str, agents: Sequence[str],
                          restore: bool) -> None:
   """The one guard of a run's logdir, before any node starts.
 
-  Decides from the whole logdir (config.json, and every checkpoint under
+  First the path itself must be usable (`run_record.check_logdir`). Then it
+  decides from the whole logdir (config.json, and every checkpoint under
   checkpoints/: learners, counters, the replay) whether it is a new run
   (none of them there; `restore` must be False) or a run to restore (the
   record and each agent's learner checkpoint there, and every checkpoint
@@ -138,6 +134,7 @@ def check_logdir_for_run(logdir: str, agents: Sequence[str],
   is in the way, damaged or missing. Reads only: nothing is rotated.
   `agents`: the agents' labels ('' for a single agent).
   """
+  run_record.check_logdir(logdir)
   root = os.path.join(logdir, 'checkpoints')
   record = run_record.path_of(logdir)
   states = sorted(os.path.join(d, 'checkpoint')
@@ -268,8 +265,6 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
   configs = list(configs)
   if not configs:
     raise ValueError('A run needs at least one agent config.')
-  if launcher:
-    run_record.check_logdir(logdir)
   logdir = os.path.abspath(logdir) if logdir else logdir
   sweep = len(configs) > 1
   agents: List[AgentRun] = []

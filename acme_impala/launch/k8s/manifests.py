@@ -57,19 +57,19 @@ _GROUP_KEYS = ('requests', 'limits', 'nodeSelector', 'tolerations',
 # the replay's need grows with replay_capacity, so a LASER run sets its own
 # (docs/gke.md#3-resources-file). A request above a default limit raises
 # that limit to the request.
+_ACTING = {'requests': {'cpu': '1', 'memory': '1Gi'},
+           'limits': {'cpu': '2', 'memory': '2Gi'}}
+_BOOKKEEPING = {'requests': {'cpu': '250m', 'memory': '512Mi'},
+                'limits': {'cpu': '1', 'memory': '1Gi'}}
 DEFAULT_RESOURCES = {
     'learner': {'requests': {'cpu': '2', 'memory': '4Gi'},
                 'limits': {'cpu': '8', 'memory': '8Gi'}},
     'replay': {'requests': {'cpu': '1', 'memory': '2Gi'},
                'limits': {'cpu': '2', 'memory': '8Gi'}},
-    'actor': {'requests': {'cpu': '1', 'memory': '1Gi'},
-              'limits': {'cpu': '2', 'memory': '2Gi'}},
-    'evaluator': {'requests': {'cpu': '1', 'memory': '1Gi'},
-                  'limits': {'cpu': '2', 'memory': '2Gi'}},
-    'counter': {'requests': {'cpu': '250m', 'memory': '512Mi'},
-                'limits': {'cpu': '1', 'memory': '1Gi'}},
-    'coordinator': {'requests': {'cpu': '250m', 'memory': '512Mi'},
-                    'limits': {'cpu': '1', 'memory': '1Gi'}},
+    'actor': _ACTING,
+    'evaluator': _ACTING,
+    'counter': _BOOKKEEPING,
+    'coordinator': _BOOKKEEPING,
 }
 # The image's unprivileged user (Dockerfile); fsGroup makes the run's volume
 # writable to it.
