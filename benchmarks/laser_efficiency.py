@@ -34,6 +34,7 @@ import os
 import re
 import subprocess
 import sys
+import shutil
 import tempfile
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,6 +73,9 @@ flags.DEFINE_list('base_flags',
                   'Config overrides given to every setting.')
 flags.DEFINE_string('outdir', os.path.join(_ROOT, 'benchmarks', 'results'),
                     'Where the PNG curves go.')
+flags.DEFINE_integer('max_settings', 0, 'Run only the first N settings of '
+                     'the suite (0: all); every setting\'s config is still '
+                     'checked before the first run.')
 FLAGS = flags.FLAGS
 
 
@@ -239,31 +243,62 @@ def main(argv):
           f'{commit} on {cpu}; not re-run)')
     _report(results, commit, cpu)
     return
-  results = {}
+  settings = _settings()
+  for name, _, args in settings:
+    _check_config(name, args)
+  if FLAGS.max_settings:
+    settings = settings[:FLAGS.max_settings]
+  results, failed = {}, []
   for seed in FLAGS.seeds:
-    for name, prog, args in _settings():
+    for name, prog, args in settings:
       logdir = tempfile.mkdtemp(prefix='laser_eff_')
-      cmd = [sys.executable, os.path.join(_ROOT, 'programs', prog),
-             '--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
-             # The LASER tables of docs/benchmarks.md were measured with the cartpole
-             # config's acting and learner sizes before issue 13's: 8
-             # environments per actor, batch 8, lr 2e-3, queue 128.
-             '--config.envs_per_actor=8', '--config.batch_size=8',
-             '--config.learning_rate=2e-3', '--config.max_queue_size=128',
-             # ... and the gymnasium engine (EnvPool has no MinAtar games).
-             '--config.env_engine=gymnasium',
-             f'--max_actor_steps={FLAGS.max_actor_steps}',
-             f'--logdir={logdir}', f'--config.env_id={FLAGS.env}',
-             f'--config.seed={seed}'] + list(FLAGS.base_flags) + args
       print(f'{name}, seed {seed}...', flush=True)
-      proc = subprocess.run(cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, timeout=3600)
-      if proc.returncode != 0:
-        print(f'  failed ({proc.returncode}): {proc.stdout[-500:]}')
-        continue
-      for agent, points in _curves(logdir).items():
-        results.setdefault(name, []).append((seed, agent, points))
+      try:
+        proc = subprocess.run(
+            [sys.executable, os.path.join(_ROOT, 'programs', prog)] +
+            _common_flags(seed, logdir) + args, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=3600)
+        if proc.returncode != 0:
+          print(f'  failed ({proc.returncode}): {proc.stdout[-500:]}')
+          failed.append(f'{name}, seed {seed}')
+          continue
+        for agent, points in _curves(logdir).items():
+          results.setdefault(name, []).append((seed, agent, points))
+      finally:
+        shutil.rmtree(logdir, ignore_errors=True)
   _report(results, commit, provenance.cpu())
+  if failed:
+    raise SystemExit(f'laser_efficiency.py: {len(failed)} run(s) failed: '
+                     f'{"; ".join(failed)}')
+
+
+def _common_flags(seed, logdir):
+  """The program flags of every setting."""
+  return ['--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
+          # The LASER tables of docs/benchmarks.md were measured with the
+          # cartpole config's acting and learner sizes before issue 13's: 8
+          # environments per actor, batch 8, lr 2e-3, queue 128.
+          '--config.envs_per_actor=8', '--config.batch_size=8',
+          '--config.learning_rate=2e-3', '--config.max_queue_size=128',
+          # ... and the gymnasium engine (EnvPool has no MinAtar games).
+          '--config.env_engine=gymnasium',
+          f'--max_actor_steps={FLAGS.max_actor_steps}',
+          f'--logdir={logdir}', f'--config.env_id={FLAGS.env}',
+          f'--config.seed={seed}'] + list(FLAGS.base_flags)
+
+
+def _check_config(name, args):
+  """Fails, naming the setting, if its config values are not valid (the
+  config's own checks, as the program makes it), before any run starts."""
+  from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.launch import config_flags  # pylint: disable=g-import-not-at-top
+  values = [a for a in _common_flags(0, '') + args
+            if a.startswith('--config.')]
+  try:
+    presets.get_config('cartpole').replace(
+        **config_flags.parse_overrides(values))
+  except (ValueError, TypeError) as e:
+    raise app.UsageError(f'setting {name!r}: {e}') from None
 
 
 def _report(results, commit, cpu):

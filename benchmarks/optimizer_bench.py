@@ -9,6 +9,7 @@ and the median reported. This isolates the part of the default compile mode
 ('vtrace_and_optimizer') that differs from 'none' besides V-trace.
 """
 
+import argparse
 import os
 import statistics
 import sys
@@ -39,6 +40,7 @@ _NETWORKS = (
      dict(env_id='ALE/Pong-v5', network='shallow', lstm_size=256)),
 )
 _ROUNDS, _STEPS = 15, 40
+_QUICK_ROUNDS = 2  # --quick: a check that it runs, not a measurement.
 
 
 def _update_fn(config, variables, jit):
@@ -93,4 +95,9 @@ def main():
 
 
 if __name__ == '__main__':
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--quick', action='store_true',
+                      help=f'{_QUICK_ROUNDS} rounds instead of {_ROUNDS}.')
+  if parser.parse_args().quick:
+    _ROUNDS = _QUICK_ROUNDS
   main()

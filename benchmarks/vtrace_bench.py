@@ -17,6 +17,7 @@ none of them in particular, and compilation and tracing happen in the warm-up
 calls, which are not timed.
 """
 
+import argparse
 import os
 import statistics
 import sys
@@ -38,6 +39,7 @@ import provenance  # pylint: disable=g-import-not-at-top
 _SHAPES = ((20, 32), (100, 32))
 _WARMUP_CALLS = 3
 _REPEATS = 11
+_QUICK_REPEATS = 3  # --quick: a check that it runs, not a measurement.
 _TARGET_REPEAT_S = 0.08
 _BASELINE = 'trfl tf.function'
 
@@ -131,4 +133,9 @@ def main():
 
 
 if __name__ == '__main__':
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--quick', action='store_true',
+                      help=f'{_QUICK_REPEATS} repeats instead of {_REPEATS}.')
+  if parser.parse_args().quick:
+    _REPEATS = _QUICK_REPEATS
   main()

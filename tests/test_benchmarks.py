@@ -1,0 +1,203 @@
+"""Every benchmark command the docs show runs to its end at a small budget
+(issue 35: a change of defaults must not silently break a documented
+command).
+
+Each documented `python benchmarks/...` command is run as written, with the
+flags of `SMALL` replaced or added (budgets cut to seconds, outputs sent to
+the test's directory so nothing under benchmarks/results/ is touched) and the
+lists of `FIRST` cut to their first entry (one seed, one game, one setting).
+Commands that are then the same run once. Commands that differ only in the
+`--config.<field>=<value>` values they pass to the program (the MinAtar
+tuning rows) run once, and each other command's values are checked against
+the config they go to, without a launch: every launch costs 10-20 s of
+start-up on 2 cores, the whole file must fit CI's budget.
+"""
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+import docs_commands
+from docs_commands import ROOT
+
+from acme_impala.agent import presets
+from acme_impala.launch import config_flags
+
+_T = '{tmp}'  # Replaced by the test's directory.
+# Per script: the flags (without --) set for the small run.
+SMALL = {
+    'benchmarks/cartpole_program.py': dict(max_actor_steps=3000),
+    'benchmarks/cartpole_single_process.py': dict(max_steps=2000,
+                                                  max_seconds=60),
+    'benchmarks/vs_sample_factory.py': dict(
+        repeats=1, seconds=12, warmup_s=2, json_out=f'{_T}/sf.json'),
+    'benchmarks/throughput.py': dict(steps_per_run=3000, acme_seconds=3,
+                                     actor_seconds=1),
+    'benchmarks/startup.py': dict(repeats=1, max_actor_steps=2000,
+                                  methods='fork'),
+    'benchmarks/learner_bench.py': dict(quick=None, repeats=1,
+                                        json_out=f'{_T}/learner.json'),
+    'benchmarks/policy_bench.py': dict(quick=None),
+    'benchmarks/optimizer_bench.py': dict(quick=None),
+    'benchmarks/vtrace_bench.py': dict(quick=None),
+    # One setting of each suite runs; the others' configs are checked by
+    # the script before its first run.
+    'benchmarks/laser_efficiency.py': dict(max_actor_steps=3000,
+                                           max_settings=1,
+                                           outdir=f'{_T}/laser'),
+    'benchmarks/faults.py': dict(
+        max_actor_steps=30000, actor_kill_every_s=6, learner_kill_at_s=9,
+        replay_kill_at_s=14, sample_every_s=2, warmup_s=2),
+    'benchmarks/soak.py': dict(minutes=0.4, warmup_minutes=0.1,
+                               sample_every_s=2, tolerance_mb_per_min=1e6,
+                               logdir=f'{_T}/soak'),
+    'benchmarks/minatar.py': dict(games='Breakout', max_actor_steps=3000,
+                                  logroot=f'{_T}/minatar',
+                                  outdir=f'{_T}/minatar_out'),
+    'benchmarks/reverb_capacity.py': dict(seconds=0.5, writers=1,
+                                          configs='cartpole'),
+}
+# List flags cut to their first entry.
+FIRST = ('seeds', 'games', 'settings', 'actor_rows', 'writers', 'configs')
+# Flags whose values are only passed on to the program as config overrides,
+# and the config each script gives them to.
+CONFIG_FLAGS = {'benchmarks/minatar.py': ('program_flags', 'minatar')}
+# Setup scripts documented with a benchmark: run by the test of the
+# benchmark that needs them.
+SETUP = {'benchmarks/setup_sample_factory.sh': 'benchmarks/vs_sample_factory.py'}
+
+
+def _script(words):
+  return next((w for w in words if w.startswith('benchmarks/')), None)
+
+
+def _flag(word):
+  return word.lstrip('-').split('=')[0]
+
+
+def documented():
+  """[(doc, argv)] of every documented benchmark run (each `&&` part)."""
+  runs = []
+  for doc, command in docs_commands.documented_commands():
+    for part in command.split('&&'):
+      words = shlex.split(part)
+      if _script(words) and words[0] == 'python':
+        runs.append((doc, words))
+  return runs
+
+
+def small(words):
+  """The small run of a documented command (with `{tmp}` placeholders)."""
+  script = _script(words)
+  flags = SMALL[script]
+  out = [words[0], script]
+  for word in words[words.index(script) + 1:]:
+    name = _flag(word)
+    if name in flags:
+      continue
+    if name in FIRST and '=' in word:
+      word = word.split(',')[0]
+    out.append(word)
+  for name, value in flags.items():
+    out.append(f'--{name}' if value is None else f'--{name}={value}')
+  return out
+
+
+def _config_args(words):
+  """(run key, config overrides) of a small run: the key leaves out the
+  values a script only passes on to the program's config."""
+  script = _script(words)
+  if script not in CONFIG_FLAGS:
+    return tuple(words), []
+  flag, _ = CONFIG_FLAGS[script]
+  key, overrides = [], []
+  for word in words:
+    if _flag(word) == flag:
+      values = word.split('=', 1)[1].split(',')
+      if all(v.startswith('--config.') for v in values if v):
+        overrides += [v for v in values if v]
+        continue
+    key.append(word)
+  return tuple(key), overrides
+
+
+def runs():
+  """The distinct small runs: {key: argv}, and per key the config overrides
+  of the documented commands it stands for."""
+  keyed, overrides = {}, {}
+  for _, words in documented():
+    argv = small(words)
+    key, config = _config_args(argv)
+    keyed.setdefault(key, argv)
+    overrides.setdefault(key, []).append((_script(words), config))
+  return keyed, overrides
+
+
+def test_every_documented_benchmark_has_a_small_budget():
+  scripts = {_script(words) for _, words in documented()}
+  assert len(scripts) >= 10  # The extraction finds the benchmarks.
+  missing = scripts - set(SMALL)
+  assert not missing, f'add a small budget to SMALL for {sorted(missing)}'
+  for doc, command in docs_commands.documented_commands():
+    for part in command.split('&&'):
+      words = part.split()
+      if words[0] == 'bash' and words[1].startswith('benchmarks/'):
+        assert SETUP.get(words[1]) in scripts, (doc, part)
+
+
+def test_config_values_of_commands_run_once_are_valid():
+  """The config overrides of each command folded into another's run build
+  a valid config (the config's own checks, as the program makes it)."""
+  _, overrides = runs()
+  checked = 0
+  for entries in overrides.values():
+    for script, config in entries:
+      if not config:
+        continue
+      preset = CONFIG_FLAGS[script][1]
+      presets.get_config(preset).replace(
+          **config_flags.parse_overrides(config))
+      checked += 1
+  assert checked >= 4  # The tuning rows are folded.
+
+
+def test_a_bad_config_value_is_caught_by_that_check():
+  with pytest.raises(ValueError, match='learning_rate'):
+    presets.get_config('minatar').replace(**config_flags.parse_overrides(
+        ['--config.learning_rate=-1']))
+
+
+_RUNS = runs()[0]
+
+
+@pytest.mark.parametrize('key', list(_RUNS), ids=[
+    ' '.join(k[1:]).replace('benchmarks/', '')[:90] for k in _RUNS])
+def test_documented_benchmark_runs_at_a_small_budget(key, tmp_path):
+  argv = [a.replace(_T, str(tmp_path)) for a in _RUNS[key]]
+  script = argv[1]
+  if script == 'benchmarks/vs_sample_factory.py':
+    setup = subprocess.run(
+        ['bash', os.path.join(ROOT, 'benchmarks/setup_sample_factory.sh')],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=900)
+    assert setup.returncode == 0, setup.stdout[-3000:]
+  argv = [sys.executable] + argv[1:]
+  before = _results_state()
+  rc, out = docs_commands.run(argv, timeout=600)
+  assert rc == 0, f'{shlex.join(argv)}\n{out[-4000:]}'
+  # Every benchmark prints the commit its table was measured at.
+  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+  assert commit[:7] in out, out[-3000:]
+  assert '|---' in out, out[-3000:]  # ... and a table.
+  assert _results_state() == before  # Nothing written into the repository.
+
+
+def _results_state():
+  results = os.path.join(ROOT, 'benchmarks', 'results')
+  return sorted((os.path.relpath(os.path.join(d, f), results),
+                 os.path.getmtime(os.path.join(d, f)))
+                for d, _, files in os.walk(results) for f in files)
