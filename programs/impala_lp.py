@@ -21,7 +21,10 @@ config values fail here, before any process starts.
 import sys
 
 from acme_impala.host import quiet
+from acme_impala.launch import isolation
 quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
+if __name__ == '__main__':  # First, while this process has one thread.
+  isolation.isolate_unless_exposed('impala_lp', sys.argv)
 
 from absl import app
 from absl import flags
@@ -74,6 +77,7 @@ def main(argv, overrides, name='impala_lp'):
     return 2
   _describe(name, run, logdir)
   local.print_run_files(name, logdir)
+  print(f'{name}: {isolation.describe()}', flush=True)
   return local.launch_and_wait(program_lib.build_program(run), logdir,
                                launch_type=FLAGS.lp_launch_type,
                                restarts=FLAGS.restarts,

@@ -13,6 +13,10 @@ only the defaults differ: two agents (--learning_rates=1e-3,2e-3
 import os
 import sys
 
+if __name__ == '__main__':  # First, while this process has one thread.
+  from acme_impala.launch import isolation  # pylint: disable=g-import-not-at-top
+  isolation.isolate_unless_exposed('laser_sweep_lp', sys.argv)
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import impala_lp  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -14,6 +14,7 @@ import launchpad as lp
 
 from acme_impala.distributed import lifecycle
 from acme_impala.launch import config_flags
+from acme_impala.launch import isolation
 from acme_impala.launch import plots
 from acme_impala.launch import program_flags
 from acme_impala.launch import progress
@@ -130,6 +131,12 @@ def run_program(name: str, main) -> None:
       'verbose', False,
       'Also show every node\'s output in this terminal (prefixed with the '
       'node); it always goes to <logdir>/nodes/<group>-<index>.log.')
+  flags.DEFINE_bool(
+      isolation.EXPOSE_FLAG, False,
+      'Let the run\'s Reverb and courier servers listen on every interface '
+      '(unauthenticated: courier runs what it is sent). By default the run '
+      'has a network namespace of its own with only loopback, and stops '
+      'before starting if the kernel allows none.')
   flags.DEFINE_float(
       'progress_interval_s', 5.,
       'Seconds between progress lines (local_mp).', lower_bound=0.5)
