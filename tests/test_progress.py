@@ -1,9 +1,11 @@
 """The launcher's progress line, read from CSV logs with known values."""
 
+import json
 import os
 
 import pytest
 
+from acme_impala.distributed import lifecycle
 from acme_impala.launch import progress
 
 LEARNER_COLUMNS = ['actor_steps', 'learner_steps', 'policy_lag_mean',
@@ -125,10 +127,36 @@ def test_sweep_line_uses_the_slowest_agent(tmp_path):
   assert tracker.line(now=10.) == (
       '10s | env steps 1.0k/2.0k (50%) | 100 env steps/s (slowest agent) | '
       'eval return 0 10 (agents 0-1) | ETA 10s')
+  for i, steps in enumerate((1000, 3000)):
+    _counts(logdir, f'agent_{i}', steps, 10, time=9.)
   assert tracker.summary(now=10.) == (
       'ran 10s; agent_0: 1000 env steps, 10 learner steps, eval return 0.0 '
       '(last 10); agent_1: 3000 env steps, 10 learner steps, eval return '
       '10.0 (last 10)')
+
+
+def _counts(logdir, agent, actor_steps, learner_steps, time):
+  path = lifecycle.counts_path(os.path.join(logdir, 'status'), agent)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    json.dump({'time': time, 'counts': {'actor_steps': actor_steps,
+                                        'learner_steps': learner_steps}}, f)
+
+
+def test_summary_gives_this_runs_counter_totals(tmp_path):
+  """The final line's steps are the counter's, as written by this run's
+  counter: not the learner CSV's last row (up to a second behind), and not
+  a previous run's counts (a failed restore)."""
+  logdir = str(tmp_path)
+  _write(logdir, 'learner', LEARNER_COLUMNS,
+         [(27_391, 100, 1., 1000.)])
+  tracker = progress.Progress(logdir, 30_000, start_time=990.)
+  _counts(logdir, '', 31_453, 104, time=980.)  # Before this launch.
+  assert tracker.summary(now=1010.) == (
+      "ran 20s; no counts from this run's counter")
+  _counts(logdir, '', 31_453, 104, time=1005.)
+  assert tracker.summary(now=1010.) == (
+      'ran 20s; 31453 env steps, 104 learner steps')
 
 
 @pytest.mark.parametrize('seconds, text', [

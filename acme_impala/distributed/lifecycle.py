@@ -18,12 +18,13 @@ away under a blocked writer or dataset) are part of a normal shutdown.
 
 import functools
 import glob
+import json
 import os
 import re
 import threading
 import time
 import traceback
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from absl import logging
 import launchpad as lp
@@ -106,11 +107,29 @@ def read_failures(status_dir: str) -> List[str]:
   return messages
 
 
+def counts_path(status_dir: str, agent: str = '') -> str:
+  """Where an agent's counter node writes its counts (nodes.CounterNode)."""
+  return os.path.join(status_dir, f'counts-{agent or "agent"}.json')
+
+
+def read_counts(status_dir: str, agent: str = '',
+                since: float = 0.) -> Optional[Dict[str, float]]:
+  """An agent's counts as its counter last wrote them, if it wrote them
+  at or after `since` (seconds since the epoch), else None."""
+  try:
+    with open(counts_path(status_dir, agent)) as f:
+      record = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return record['counts'] if record.get('time', 0.) >= since else None
+
+
 def clear_run_status(status_dir: str) -> None:
-  """Removes an earlier run's failure records, stop reason and table
-  sizes (nodes.ReplayNode's tables-<node>.json)."""
+  """Removes an earlier run's failure records, stop reason, table sizes
+  (nodes.ReplayNode's tables-<node>.json) and counts (counts-<agent>.json)."""
   for path in (glob.glob(os.path.join(status_dir, _FAILURE_PREFIX + '*')) +
                glob.glob(os.path.join(status_dir, 'tables-*.json')) +
+               glob.glob(os.path.join(status_dir, 'counts-*.json')) +
                [os.path.join(status_dir, _STOP_REASON_FILE)]):
     if os.path.exists(path):
       os.remove(path)

@@ -273,13 +273,26 @@ class CounterNode(counting.Counter):
         CounterState(self, options.label('counter')), 'counter', options,
         min(checkpoint_period_minutes, self._PERIOD_MINUTES))
 
+  def _write_counts(self) -> None:
+    """`<status_dir>/counts-<label>.json`: the counts and when they were
+    read, for the launcher's final summary (which reads files, not the
+    counter: lifecycle.read_counts)."""
+    path = lifecycle.counts_path(self._options.status_dir, self._options.agent)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+      json.dump({'time': time.time(), 'counts': {
+          k: float(v) for k, v in self.get_counts().items()}}, f)
+    os.replace(path + '.tmp', path)
+
   def run(self):
     def loop():
       try:
         while not lp.wait_for_stop(1.0):
           self._checkpointer.save()
+          self._write_counts()
       finally:
         self._checkpointer.save(force=True)
+        self._write_counts()
         # The run's totals, which no learner restart rolls back: what
         # benchmarks/faults.py balances produced against learned with.
         logging.info('%s: final counts %s.', self._options.label('counter'),

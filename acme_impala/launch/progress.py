@@ -30,6 +30,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from acme_impala.distributed import lifecycle
 from acme_impala.launch import curves
 
 # Evaluation episodes in the reported mean.
@@ -227,17 +228,23 @@ class Progress:
     return ' | '.join(parts)
 
   def summary(self, now: Optional[float] = None) -> str:
-    """The final line: steps, time and the evaluator's last mean."""
+    """The final line: time, the counter's steps and the evaluator's last
+    mean."""
     now = time.time() if now is None else now
     statuses = [self.agent_status(a) for a in self._agents]
     parts = [f'ran {format_duration(now - self._start)}']
+    status_dir = os.path.join(self._logdir, 'status')
     for agent, status in zip(self._agents, statuses):
       prefix = f'{agent}: ' if agent else ''
-      if status['actor_steps'] is None:
-        parts.append(f'{prefix}no learner steps logged')
+      # The counter's own totals, written by this run's counter: the
+      # learner's CSV lags them by up to a second of rows and, after a
+      # failed restore, ends with the previous run's.
+      counts = lifecycle.read_counts(status_dir, agent, since=self._start)
+      if not counts:
+        parts.append(f'{prefix}no counts from this run\'s counter')
         continue
-      text = (f'{prefix}{status["actor_steps"]:.0f} env steps, '
-              f'{status["learner_steps"]:.0f} learner steps')
+      text = (f'{prefix}{counts.get("actor_steps", 0):.0f} env steps, '
+              f'{counts.get("learner_steps", 0):.0f} learner steps')
       if status['eval_return'] is not None:
         text += (f', eval return {status["eval_return"]:.1f} '
                  f'(last {EVAL_EPISODES})')
