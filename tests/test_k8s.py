@@ -492,6 +492,42 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
   assert (logdir / 'status' / 'stop-a1').exists()
   # The coordinator stopped the run at its budget.
   assert 'stopping the program' in pods.log('coordinator/0')
+  # Its pod kept the run's record, as a local launcher does.
+  with open(logdir / 'config.json') as f:
+    record = json.load(f)
+  assert record['options']['attempt'] == 'a1'
+  assert record['options']['max_actor_steps'] == 150_000
+
+
+def test_a_logdir_the_guard_refuses_stops_every_pod_before_it_starts(
+    tmp_path):
+  """A run applied again on a logdir holding another attempt's record,
+  without --restore: the record keeper's pod refuses it naming the file,
+  exits 2 and writes the attempt's stop marker; a pod waiting for the
+  record exits 2 saying why; the old record is left as it was."""
+  logdir = tmp_path / 'run'
+  logdir.mkdir()
+  old = {'format': 1, 'configs': [], 'options': {'attempt': 'a0'}}
+  (logdir / 'config.json').write_text(json.dumps(old))
+  spec = json.dumps({g: ['localhost:1'] for g in (
+      'replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')})
+  def pod(group):
+    return subprocess.Popen(
+        [sys.executable, '-m', 'acme_impala.launch.k8s.node',
+         f'--group={group}', '--index=0', f'--logdir={logdir}',
+         '--attempt=a1', f'--cluster_spec={spec}', '--num_actors=1'],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+  actor, keeper = pod('actor'), pod('coordinator')
+  keeper_out, _ = keeper.communicate(timeout=120)
+  actor_out, _ = actor.communicate(timeout=120)
+  assert keeper.returncode == 2, keeper_out[-3000:]
+  assert str(logdir / 'config.json') in keeper_out, keeper_out[-3000:]
+  assert actor.returncode == 2, actor_out[-3000:]
+  assert 'actor/0: the run was refused before it started: coordinator/0 '\
+      'refused the run' in actor_out, actor_out[-3000:]
+  assert json.loads((logdir / 'config.json').read_text()) == old
+  assert not (logdir / 'checkpoints').exists()
 
 
 def test_a_failing_node_fails_its_pod_and_stops_the_others(tmp_path):

@@ -182,8 +182,10 @@ def run_options(overrides: Dict[str, Any]) -> Dict[str, Any]:
   return dict(record_options(overrides), seed_flag=FLAGS.seed)
 
 
-def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True):
-  """`program.prepare_run` of these flags (see its `launcher` argument)."""
+def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True,
+            **extra_options):
+  """`program.prepare_run` of these flags (see its `launcher` argument);
+  `extra_options` go into the run's record beside the flags."""
   from acme_impala.distributed import program  # pylint: disable=g-import-not-at-top
   return program.prepare_run(
       make_configs(overrides), logdir, FLAGS.max_actor_steps,
@@ -192,7 +194,7 @@ def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True):
       share_replay=FLAGS.share_replay,
       name='laser_sweep' if is_sweep() else 'impala',
       launcher=launcher,
-      run_options=run_options(overrides))
+      run_options=dict(run_options(overrides), **extra_options))
 
 
 def forward(overrides: Dict[str, Any], logdir: str) -> List[str]:

@@ -78,6 +78,60 @@ def write_stop_marker(logdir: str, attempt: str, reason: str) -> str:
   return path
 
 
+# The pod that keeps the run's record (config.json) and guards its logdir:
+# one per program, a sweep's included.
+RECORD_KEEPER = 'coordinator/0'
+
+
+def keep_record(overrides, logdir: str, attempt: str):
+  """What a local launcher does before any node starts, done by the record
+  keeper's pod: the logdir guard (a new run, or one to restore with
+  unchanged hyperparameters) and `<logdir>/config.json`, tagged with this
+  attempt. A restart of the keeper's pod within its attempt finds its own
+  record and checks only that the values still match it. Raises ValueError
+  naming what is wrong; returns the prepared run."""
+  from acme_impala.distributed import run_record  # pylint: disable=g-import-not-at-top
+  if recorded_attempt(logdir) == attempt:
+    run = program_flags.prepare(overrides, logdir, launcher=False)
+    run_record.check_restore(logdir, program_flags.make_configs(overrides))
+    return run
+  return program_flags.prepare(overrides, logdir, launcher=True,
+                               attempt=attempt)
+
+
+def recorded_attempt(logdir: str):
+  """The attempt whose record `<logdir>/config.json` is, if any."""
+  from acme_impala.distributed import run_record  # pylint: disable=g-import-not-at-top
+  try:
+    record = run_record.read_record(logdir)
+  except ValueError:
+    return None  # Damaged: the keeper's guard names it.
+  return (record or {}).get('options', {}).get('attempt')
+
+
+def wait_for_record(logdir: str, attempt: str, title: str,
+                    poll_s: float = 1., report_s: float = 30.) -> None:
+  """Blocks until the record keeper has checked the logdir and written this
+  attempt's record, so no node touches a logdir the guard refuses; exits
+  with BAD_FLAGS_EXIT when the keeper refused the run (its stop marker)."""
+  from acme_impala.distributed import run_record  # pylint: disable=g-import-not-at-top
+  start = last_report = time.time()
+  while recorded_attempt(logdir) != attempt:
+    marker = stop_marker(logdir, attempt)
+    if os.path.exists(marker):
+      with open(marker) as f:
+        why = f.readline().strip()
+      print(f'{title}: the run was refused before it started: {why}',
+            file=sys.stderr, flush=True)
+      _exit(BAD_FLAGS_EXIT)
+    if time.time() - last_report >= report_s:
+      last_report = time.time()
+      logging.info('%s: waiting %.0f s for %s to check the logdir and write '
+                   "this attempt's record (%s).", title, last_report - start,
+                   RECORD_KEEPER, run_record.path_of(logdir))
+    time.sleep(poll_s)
+
+
 class _Node:
   """One pod's node, its stop marker and its exit status."""
 
@@ -181,8 +235,19 @@ def main(argv, overrides):
   from launchpad import context as lp_context  # pylint: disable=g-import-not-at-top
   from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
   from acme_impala.launch import node_runner  # pylint: disable=g-import-not-at-top
+  title = f'{FLAGS.group}/{index}'
   try:
-    run = program_flags.prepare(overrides, FLAGS.logdir, launcher=False)
+    if title == RECORD_KEEPER:
+      try:
+        run = keep_record(overrides, FLAGS.logdir, FLAGS.attempt)
+      except (ValueError, TypeError) as error:
+        # Every other pod waits for this attempt's record: stop them.
+        write_stop_marker(FLAGS.logdir, FLAGS.attempt,
+                          f'{RECORD_KEEPER} refused the run: {error}')
+        raise
+    else:
+      run = program_flags.prepare(overrides, FLAGS.logdir, launcher=False)
+      wait_for_record(FLAGS.logdir, FLAGS.attempt, title)
     program = program_lib.build_program(run)
     if FLAGS.cluster_spec:
       addresses = json.loads(FLAGS.cluster_spec)
@@ -191,7 +256,6 @@ def main(argv, overrides):
         raise ValueError('--run_name is required without --cluster_spec.')
       addresses = naming.address_map(FLAGS.run_name,
                                      node_runner.group_sizes(program))
-    title = f'{FLAGS.group}/{index}'
     os.environ[lifecycle.NODE_TITLE_ENV] = title
     node = _Node(title, run.agents[0].options.logdir, FLAGS.attempt)
     node_runner.initialize_program(program,
