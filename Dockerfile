@@ -11,10 +11,12 @@ ENV PYTHONUNBUFFERED=1 \
     TF_CPP_MIN_LOG_LEVEL=1
 
 WORKDIR /opt/acme_impala
-# The same pins as the venv (scripts/setup_venv.sh): one copy of each.
-COPY requirements.txt requirements-nodeps.txt setup.py ./
-RUN pip install -r requirements.txt \
- && pip install --no-deps -r requirements-nodeps.txt
+# The same pins as the venv (scripts/setup_venv.sh): one copy of each, every
+# transitive dependency held by requirements.lock; not the test tools
+# (requirements-test.txt).
+COPY requirements.txt requirements-nodeps.txt requirements.lock setup.py ./
+RUN pip install -r requirements.txt -c requirements.lock \
+ && pip install --no-deps -r requirements-nodeps.txt -c requirements.lock
 COPY acme_impala ./acme_impala
 COPY programs ./programs
 COPY configs ./configs

@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.acme_impala_stamp"
-HASH="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-nodeps.txt" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
+HASH="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-test.txt" "$ROOT/requirements-nodeps.txt" "$ROOT/requirements.lock" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$HASH" && -x "$VENV/bin/python" ]]; then
   exit 0
@@ -48,8 +48,12 @@ pip_install() {
 }
 : > "$LOG"
 echo "[setup] installing the pinned stack into $VENV (about a minute with a warm cache)" >&2
-pip_install -r "$ROOT/requirements.txt"
-pip_install --no-deps -r "$ROOT/requirements-nodeps.txt"
+# requirements.lock pins every transitive dependency too
+# (scripts/lock_requirements.sh makes it from the top-level pins).
+pip_install -r "$ROOT/requirements.txt" -r "$ROOT/requirements-test.txt" \
+    -c "$ROOT/requirements.lock"
+pip_install --no-deps -r "$ROOT/requirements-nodeps.txt" \
+    -c "$ROOT/requirements.lock"
 pip_install --no-deps -e "$ROOT"
 echo "$HASH" > "$STAMP"
 echo "[setup] done" >&2

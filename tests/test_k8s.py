@@ -8,6 +8,7 @@ logdir shared as the run's volume would be.
 """
 
 import copy
+import importlib.metadata
 import glob
 import json
 import os
@@ -552,14 +553,49 @@ def test_the_image_takes_its_pins_from_the_venvs_requirements():
   base = [line for line in dockerfile.splitlines()
           if line.startswith('FROM ')]
   assert base == ['FROM python:3.10.13-slim-bookworm']  # Pinned by version.
-  assert 'pip install -r requirements.txt' in dockerfile
-  assert 'pip install --no-deps -r requirements-nodeps.txt' in dockerfile
-  # No second copy of a pin.
+  assert ('pip install -r requirements.txt -c requirements.lock'
+          in dockerfile)
+  assert ('pip install --no-deps -r requirements-nodeps.txt -c '
+          'requirements.lock' in dockerfile)
+  # No second copy of a pin, and no test tools in the image.
   assert '==' not in dockerfile.replace('FROM python', '')
+  assert 'requirements-test' not in ''.join(
+      l for l in dockerfile.splitlines(True) if not l.startswith('#'))
   with open(os.path.join(ROOT, 'scripts', 'setup_venv.sh')) as f:
     setup = f.read()
   assert 'requirements-nodeps.txt' in setup
+  assert setup.count('-c "$ROOT/requirements.lock"') == 2
   assert not re.search(r'[a-z]==[0-9]', setup)
+
+
+def _pins(name):
+  """{normalised project name: version} of a requirements file's pins."""
+  pins = {}
+  with open(os.path.join(ROOT, name)) as f:
+    for line in f:
+      line = line.split('#')[0].strip()
+      if '==' in line:
+        project, version = line.split('==')
+        project = project.split('[')[0].strip()  # Extras name no project.
+        pins[re.sub(r'[-_.]+', '-', project).lower()] = version.strip()
+  return pins
+
+
+def test_the_lock_holds_every_pin_and_every_installed_package():
+  """requirements.lock (scripts/lock_requirements.sh) agrees with each
+  top-level pin, and the venv holds exactly the locked set: nothing
+  transitive comes in unpinned."""
+  lock = _pins('requirements.lock')
+  for name in ('requirements.txt', 'requirements-test.txt',
+               'requirements-nodeps.txt'):
+    for project, version in _pins(name).items():
+      assert lock.get(project) == version, (name, project, version)
+  installed = {}
+  for dist in importlib.metadata.distributions():
+    project = re.sub(r'[-_.]+', '-', dist.metadata['Name']).lower()
+    if project not in ('pip', 'setuptools', 'wheel', 'acme-impala'):
+      installed[project] = dist.version
+  assert installed == lock
 
 
 def test_the_image_runs_as_the_user_the_pods_require():
