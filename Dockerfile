@@ -1,9 +1,13 @@
 # One image for every node of the program on Kubernetes (docs/gke.md).
 #   docker build -t REGION-docker.pkg.dev/PROJECT/REPO/acme-impala:TAG .
-# The base is pinned by version: dm-launchpad 0.5.2 exists only for Python
-# <= 3.10, and the official python images ship the shared libpython that
-# courier's and reverb's .so files link against.
-FROM python:3.10.13-slim-bookworm
+# The base is pinned by version and digest: dm-launchpad 0.5.2 exists only
+# for Python <= 3.10, and the official python images ship the shared
+# libpython that courier's and reverb's .so files link against. The tag's
+# last build (it stopped moving when 3.10.14 came out); the digest was read
+# from public Dockerfiles that pin it, since the machines this project is
+# developed on reach no registry: check it with
+# `docker buildx imagetools inspect python:3.10.13-slim-bookworm`.
+FROM python:3.10.13-slim-bookworm@sha256:1326d0fd281d283b077fd249e618339a44c9ca5aae6e05cb4f069a087e827922
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \

@@ -552,7 +552,10 @@ def test_the_image_takes_its_pins_from_the_venvs_requirements():
     dockerfile = f.read()
   base = [line for line in dockerfile.splitlines()
           if line.startswith('FROM ')]
-  assert base == ['FROM python:3.10.13-slim-bookworm']  # Pinned by version.
+  # Pinned by version and by digest.
+  assert len(base) == 1 and base[0].startswith(
+      'FROM python:3.10.13-slim-bookworm@'), base
+  assert manifests.has_digest(base[0].split()[1]), base
   assert ('pip install -r requirements.txt -c requirements.lock'
           in dockerfile)
   assert ('pip install --no-deps -r requirements-nodeps.txt -c '
