@@ -12,12 +12,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # CUDA is probed), Acme (which imports gym), tf.nest on a set (as
 # TensorFlow's own structures do).
 _WORK = """
-import tensorflow as tf, acme, gym
+import tensorflow as tf, acme, gym, minatar
 tf.constant(1.) + 1.
 tf.nest.flatten({'a': {1, 2}})
 """
 NOISE = ('Could not load dynamic library', 'cuInit',
-         'Gym has been unmaintained', 'Sets are not currently considered')
+         'Gym has been unmaintained', 'Sets are not currently considered',
+         'Cannot import matplotlib and/or seaborn')
 
 
 def _stderr(code, env_extra=None):
