@@ -62,6 +62,13 @@ flags.DEFINE_string('outdir',
 flags.DEFINE_integer('points', 100, 'Grid points of the per-seed CSVs.')
 flags.DEFINE_bool('summarize_only', False,
                   'Run nothing; summarise the runs under --logroot.')
+flags.DEFINE_string('baseline_logroot', None,
+                    'Runs to compare against, e.g. IMPALA (f = 0) under '
+                    'runs/minatar when these are LASER runs: per game and '
+                    "seed, the baseline's 100-episode training mean at this "
+                    "run's budget is the target, and a second table gives "
+                    'the env steps and learner steps each took to reach it '
+                    "(LASER's data efficiency).")
 FLAGS = flags.FLAGS
 
 _DONE = 'benchmark_run.json'
@@ -102,6 +109,96 @@ def run(game, seed):
   with open(done, 'w') as f:
     json.dump(record, f, indent=1)
   return record
+
+
+def _train_curve(logdir):
+  """(env steps [E], mean of the last TRAIN_WINDOW training returns [E]) at
+  each training episode's end."""
+  logs = os.path.join(logdir, 'logs')
+  actors = [os.path.join(logs, d, 'logs.csv') for d in sorted(os.listdir(logs))
+            if d.startswith('actor_')]
+  steps, returns = curves.read_episodes(actors)
+  return steps, curves.moving_mean(returns, TRAIN_WINDOW)
+
+
+def _first_reach(steps, means, target):
+  """The first env step whose 100-episode mean (a full window) reaches
+  `target`, or None."""
+  hits = np.flatnonzero(means[TRAIN_WINDOW - 1:] >= target)
+  return float(steps[TRAIN_WINDOW - 1 + hits[0]]) if len(hits) else None
+
+
+def _learner_steps_at(logdir, env_steps):
+  rows = curves.read_csv(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
+  if env_steps is None or not len(rows.get('actor_steps', [])):
+    return None
+  return float(np.interp(env_steps, rows['actor_steps'],
+                         rows['learner_steps']))
+
+
+def efficiency(logdir, baseline_logdir, budget):
+  """LASER's data efficiency of one run against its baseline: the target
+  (the baseline's 100-episode training mean at `budget` env steps), the env
+  steps and learner steps each took to reach it, and each one's learner
+  steps at the budget."""
+  base_steps, base_means = _train_curve(baseline_logdir)
+  at = np.searchsorted(base_steps, budget, side='right') - 1
+  if at < TRAIN_WINDOW - 1:
+    raise ValueError(f'{baseline_logdir}: fewer than {TRAIN_WINDOW} '
+                     f'training episodes by {budget:,} env steps.')
+  target = float(base_means[at])
+  steps, means = _train_curve(logdir)
+  reached = _first_reach(steps, means, target)
+  base_reached = _first_reach(base_steps, base_means, target)
+  return dict(target=target, reached=reached,
+              learner_steps_to_target=_learner_steps_at(logdir, reached),
+              learner_steps_at_budget=_learner_steps_at(logdir, budget),
+              baseline_reached=base_reached,
+              baseline_learner_steps_to_target=_learner_steps_at(
+                  baseline_logdir, base_reached),
+              baseline_learner_steps_at_budget=_learner_steps_at(
+                  baseline_logdir, budget))
+
+
+def summarize_efficiency(records):
+  """The second table (--baseline_logroot), and minatar_efficiency.csv."""
+  def count(v):
+    return 'not reached' if v is None else f'{v:,.0f}'
+  rows = []
+  for r in records:
+    baseline = os.path.join(FLAGS.baseline_logroot,
+                            f'{r["game"]}_s{r["seed"]}')
+    if not os.path.exists(os.path.join(baseline, _DONE)):
+      print(f'minatar.py: no finished baseline run {baseline}; '
+            f'{r["game"]} seed {r["seed"]} left out of the comparison.')
+      continue
+    try:
+      rows.append(dict(game=r['game'], seed=r['seed'], **efficiency(
+          _logdir(r['game'], r['seed']), baseline, r['max_actor_steps'])))
+    except ValueError as error:  # Too short a baseline to give a target.
+      print(f'minatar.py: {error} {r["game"]} seed {r["seed"]} left out of '
+            'the comparison.')
+  if not rows:
+    return
+  with open(os.path.join(FLAGS.outdir, 'minatar_efficiency.csv'), 'w',
+            newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  print(f'\nAgainst {FLAGS.baseline_logroot} at the same env steps: the '
+        "target is the baseline's mean of the last 100 training episodes "
+        'there.\n')
+  print('| game | seed | target | baseline: env steps / learner steps to '
+        'it | these runs: env steps / learner steps to it | learner steps '
+        'at the budget: baseline / these |')
+  print('|---|---|---:|---:|---:|---:|')
+  for e in rows:
+    print(f"| {e['game']} | {e['seed']} | {e['target']:.1f} | "
+          f"{count(e['baseline_reached'])} / "
+          f"{count(e['baseline_learner_steps_to_target'])} | "
+          f"{count(e['reached'])} / {count(e['learner_steps_to_target'])} | "
+          f"{count(e['baseline_learner_steps_at_budget'])} / "
+          f"{count(e['learner_steps_at_budget'])} |")
 
 
 def seed_curve(logdir):
@@ -233,6 +330,8 @@ def main(argv):
     raise SystemExit('minatar.py: no finished runs under '
                      f'{FLAGS.logroot} to summarise.')
   summarize(records)
+  if FLAGS.baseline_logroot:
+    summarize_efficiency(records)
 
 
 if __name__ == '__main__':
