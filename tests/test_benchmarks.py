@@ -38,7 +38,9 @@ SMALL = {
                                      actor_seconds=1),
     # Its own budget (20k steps) is what its first learner step needs.
     'benchmarks/startup.py': dict(repeats=1, methods='fork'),
+    # One process (oneDNN as this environment has it), not one per setting.
     'benchmarks/learner_bench.py': dict(quick=None, repeats=1,
+                                        onednn='process',
                                         json_out=f'{_T}/learner.json'),
     'benchmarks/policy_bench.py': dict(quick=None),
     'benchmarks/optimizer_bench.py': dict(quick=None),
