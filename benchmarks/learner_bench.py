@@ -450,7 +450,7 @@ def _replay_child(env_id: str, mode: str) -> dict:
               replay_items=sizes.get(types.REPLAY_TABLE, 0))
 
 
-def _replay_states_report(repeats: int):
+def _replay_states_report(repeats: int, envs=_REPLAY_ENVS):
   """Runs every (environment, mode) in its own process, alternating the
   modes `repeats` times, and prints medians and the recompute/stored
   ratios."""
@@ -466,7 +466,7 @@ def _replay_states_report(repeats: int):
         f'alternated {repeats} times, medians.\n', flush=True)
   results = {}
   for _ in range(repeats):
-    for env_id in _REPLAY_ENVS:
+    for env_id in envs:
       for mode in ('stored', 'recompute'):
         proc = subprocess.run(
             [sys.executable, os.path.abspath(__file__), '--replay_child',
@@ -480,7 +480,7 @@ def _replay_states_report(repeats: int):
         'with data (ms) | update alone (ms) | RSS growth (MB) | replay items |')
   print('|---|---|---:|---:|---:|---:|---:|')
   med = lambda rows, k: statistics.median(r[k] for r in rows)
-  for env_id in _REPLAY_ENVS:
+  for env_id in envs:
     for mode in ('stored', 'recompute'):
       rows = results[(env_id, mode)]
       print(f'| {env_id} | {mode} | {med(rows, "fill_steps_per_s"):.0f} | '
@@ -488,7 +488,7 @@ def _replay_states_report(repeats: int):
             f'| {med(rows, "rss_delta_mb"):.0f} | '
             f'{med(rows, "replay_items"):.0f} |')
   print()
-  for env_id in _REPLAY_ENVS:
+  for env_id in envs:
     s_rows, r_rows = results[(env_id, 'stored')], results[(env_id, 'recompute')]
     ratio = lambda k: med(r_rows, k) / med(s_rows, k)
     print(f'{env_id}: recompute / stored: learner step with data '
@@ -500,7 +500,7 @@ def _replay_states_report(repeats: int):
 _ONEDNN = 'TF_ENABLE_ONEDNN_OPTS'
 
 
-def _onednn_report(quick: bool):
+def _onednn_report(quick: bool, envs=None):
   """The table twice, each in its own process: oneDNN off, then on (the
   variable is read when TensorFlow loads, so a process has one setting).
   Then each learner's samples/s against Acme's in the same setting and
@@ -516,7 +516,8 @@ def _onednn_report(quick: bool):
     with tempfile.NamedTemporaryFile(suffix='.json') as out:
       env = dict(os.environ, **{_ONEDNN: value})
       cmd = [sys.executable, os.path.abspath(__file__), '--onednn=process',
-             f'--json_out={out.name}'] + (['--quick'] if quick else [])
+             f'--json_out={out.name}'] + (['--quick'] if quick else []) + (
+                 [f'--envs={",".join(envs)}'] if envs else [])
       print(f'## {_ONEDNN}={value}\n', flush=True)
       proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, timeout=3600)
@@ -562,20 +563,26 @@ def main():
                       "one table in this process as its environment is")
   parser.add_argument('--json_out', default=None,
                       help='also write the step times as JSON here')
+  parser.add_argument('--envs', default=None,
+                      help='only these environments (comma-separated ids, '
+                      'e.g. CartPole-v1); default: all of the mode')
   args = parser.parse_args()
+  envs = args.envs.split(',') if args.envs else None
   absl_logging.set_verbosity(absl_logging.ERROR)
   tf.get_logger().setLevel('ERROR')
   if args.replay_states:
-    _replay_states_report(1 if args.quick else args.repeats)
+    _replay_states_report(1 if args.quick else args.repeats,
+                          [e for e in _REPLAY_ENVS if not envs or e in envs])
     return
   if args.onednn == 'both':
-    _onednn_report(args.quick)
+    _onednn_report(args.quick, envs)
     return
 
   start = time.perf_counter()
   budget_s = _QUICK_COMPILE_BUDGET_S if args.quick else _COMPILE_BUDGET_S
   results = []
-  for i, (label, overrides, plan, quick_plan) in enumerate(_NETWORKS):
+  networks = [n for n in _NETWORKS if not envs or n[1]['env_id'] in envs]
+  for i, (label, overrides, plan, quick_plan) in enumerate(networks):
     results.append(_bench_network(label, overrides,
                                   quick_plan if args.quick else plan,
                                   budget_s, warm_up=(i == 0)))

@@ -38,9 +38,12 @@ SMALL = {
                                      actor_seconds=1),
     # Its own budget (20k steps) is what its first learner step needs.
     'benchmarks/startup.py': dict(repeats=1, methods='fork'),
-    # One process (oneDNN as this environment has it), not one per setting.
+    # One process (oneDNN as this environment has it), not one per setting,
+    # and CartPole's learners only: each Atari learner compiles for minutes
+    # on a busy 2-core machine (7 min for the whole --quick table in CI).
     'benchmarks/learner_bench.py': dict(quick=None, repeats=1,
                                         onednn='process',
+                                        envs='CartPole-v1',
                                         json_out=f'{_T}/learner.json'),
     'benchmarks/policy_bench.py': dict(quick=None),
     'benchmarks/optimizer_bench.py': dict(quick=None),
