@@ -90,6 +90,10 @@ from acme_impala.envs import registry
 from acme_impala.host import hardware
 import provenance  # pylint: disable=g-import-not-at-top
 # pylint: enable=g-import-not-at-top
+# This script's directory (sys.path[0]) holds benchmarks/minatar.py, which
+# would shadow the MinAtar package its replay-state runs import.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != _HERE]
 
 _BATCH_SIZE = 32
 _UNROLL_LENGTH = 20

@@ -81,6 +81,7 @@ def run_program(logdir: str):
 def main(argv):
   del argv
   logdir = FLAGS.logdir or tempfile.mkdtemp(prefix='impala_soak_')
+  os.makedirs(logdir, exist_ok=True)  # A --logdir not made yet.
   print(f'soak.py at {provenance.stamp()}: programs/impala_lp.py '
         f'local_mp {" ".join(FLAGS.program_flags) or "(defaults)"}, '
         f'{FLAGS.minutes:g} min, RSS every {FLAGS.sample_every_s:g} s, '

@@ -39,11 +39,12 @@ SMALL = {
     # Its own budget (20k steps) is what its first learner step needs.
     'benchmarks/startup.py': dict(repeats=1, methods='fork'),
     # One process (oneDNN as this environment has it), not one per setting,
-    # and CartPole's learners only: each Atari learner compiles for minutes
-    # on a busy 2-core machine (7 min for the whole --quick table in CI).
+    # and no Atari learner: each compiles for minutes on a busy 2-core
+    # machine (7 min for the whole --quick table in CI). MinAtar's replay
+    # states stay (benchmarks/minatar.py once shadowed the package there).
     'benchmarks/learner_bench.py': dict(quick=None, repeats=1,
                                         onednn='process',
-                                        envs='CartPole-v1',
+                                        envs='CartPole-v1,MinAtar/Breakout-v1',
                                         json_out=f'{_T}/learner.json'),
     'benchmarks/policy_bench.py': dict(quick=None),
     'benchmarks/optimizer_bench.py': dict(quick=None),
