@@ -205,14 +205,11 @@ def seed_curve(logdir):
   """Columns of one run on a grid of env steps: env_steps, wall_seconds,
   train_return_mean100, eval_return_mean10 (NaN before the first)."""
   logs = os.path.join(logdir, 'logs')
-  actors = [os.path.join(logs, d, 'logs.csv') for d in sorted(os.listdir(logs))
-            if d.startswith('actor_')]
-  t_steps, t_returns = curves.read_episodes(actors)
+  t_steps, train = _train_curve(logdir)
   e_steps, e_returns = curves.read_episodes([os.path.join(logs, 'evaluator',
                                                'logs.csv')])
   learner = curves.read_run(logdir)
   grid = np.linspace(0, t_steps[-1] if len(t_steps) else 0, FLAGS.points + 1)
-  train = curves.moving_mean(t_returns, TRAIN_WINDOW)
   evaluation = curves.moving_mean(e_returns, EVAL_WINDOW)
 
   def at(steps, values, x):
@@ -226,7 +223,7 @@ def seed_curve(logdir):
               train_return_mean100=at(t_steps, train, grid),
               eval_return_mean10=at(e_steps, evaluation, grid),
               final_train=float(train[-1]) if len(train) else float('nan'),
-              episodes=len(t_returns))
+              episodes=len(t_steps))
 
 
 def _write_csv(path, columns, record):
