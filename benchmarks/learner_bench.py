@@ -332,7 +332,8 @@ def _bench_network(label, overrides, plan, budget_s, warm_up):
 
 
 def _print_report(results, budget_s, total_s):
-  print(f'TensorFlow {tf.__version__}, {_ONEDNN}='
+  print(f'learner_bench.py at commit {provenance.git_commit()}: '
+        f'TensorFlow {tf.__version__}, {_ONEDNN}='
         f'{os.environ.get(_ONEDNN, "0")}, on {hardware.describe_cpu()}; '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH} '
         f'(items of {_UNROLL_LENGTH + 1} steps); the same in-memory batch '
@@ -387,6 +388,8 @@ def _print_report(results, budget_s, total_s):
 _REPLAY_ENVS = ('CartPole-v1', 'MinAtar/Breakout-v1')
 _REPLAY_FILL_STEPS = 20_000
 _REPLAY_TIMED_STEPS = 200
+# --quick: enough to run every part once, not to measure.
+_REPLAY_QUICK_STEPS = (2_000, 10)
 
 
 def _rss_mb() -> float:
@@ -397,7 +400,8 @@ def _rss_mb() -> float:
   return float('nan')
 
 
-def _replay_child(env_id: str, mode: str) -> dict:
+def _replay_child(env_id: str, mode: str, fill_steps: int = _REPLAY_FILL_STEPS,
+                  timed_steps: int = _REPLAY_TIMED_STEPS) -> dict:
   """One (environment, replay_core_state) measurement in this process.
 
   Our actor fills an in-process Reverb server's queue and replay through the
@@ -425,7 +429,7 @@ def _replay_child(env_id: str, mode: str) -> dict:
   start = time.perf_counter()
   acme.EnvironmentLoop(env, actor, should_update=False,
                        logger=loggers.NoOpLogger()).run(
-                           num_steps=_REPLAY_FILL_STEPS)
+                           num_steps=fill_steps)
   adder.flush()
   fill_s = time.perf_counter() - start
   sizes = {n: t.current_size for n, t in client.server_info().items()}
@@ -436,25 +440,25 @@ def _replay_child(env_id: str, mode: str) -> dict:
   for _ in range(5):  # Compile and warm up.
     learner.step()
   start = time.perf_counter()
-  for _ in range(_REPLAY_TIMED_STEPS):
+  for _ in range(timed_steps):
     learner.step()
-  with_data_s = (time.perf_counter() - start) / _REPLAY_TIMED_STEPS
+  with_data_s = (time.perf_counter() - start) / timed_steps
   rss_after = _rss_mb()
   batch = next(iterator)
   learner._iterator = itertools.repeat(batch)  # pylint: disable=protected-access
   learner.step()
   start = time.perf_counter()
-  for _ in range(_REPLAY_TIMED_STEPS):
+  for _ in range(timed_steps):
     learner.step()
-  update_s = (time.perf_counter() - start) / _REPLAY_TIMED_STEPS
+  update_s = (time.perf_counter() - start) / timed_steps
   server.stop()
-  return dict(env=env_id, mode=mode, fill_steps_per_s=_REPLAY_FILL_STEPS /
-              fill_s, with_data_ms=with_data_s * 1e3,
+  return dict(env=env_id, mode=mode, fill_steps_per_s=fill_steps / fill_s, with_data_ms=with_data_s * 1e3,
               update_ms=update_s * 1e3, rss_delta_mb=rss_after - rss_before,
               replay_items=sizes.get(types.REPLAY_TABLE, 0))
 
 
-def _replay_states_report(repeats: int, envs=_REPLAY_ENVS):
+def _replay_states_report(repeats: int, envs=_REPLAY_ENVS,
+                          steps=(_REPLAY_FILL_STEPS, _REPLAY_TIMED_STEPS)):
   """Runs every (environment, mode) in its own process, alternating the
   modes `repeats` times, and prints medians and the recompute/stored
   ratios."""
@@ -464,8 +468,8 @@ def _replay_states_report(repeats: int, envs=_REPLAY_ENVS):
         f''
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH}, '
         f'replay_fraction=0.875 (28 replayed rows), kl_threshold=0.5, '
-        f'MLP(64,64)+LSTM(64); {_REPLAY_FILL_STEPS} actor steps into an '
-        f'in-process Reverb server, {_REPLAY_TIMED_STEPS} timed learner '
+        f'MLP(64,64)+LSTM(64); {steps[0]} actor steps into an '
+        f'in-process Reverb server, {steps[1]} timed learner '
         f'steps; each (environment, mode) in its own process, modes '
         f'alternated {repeats} times, medians.\n', flush=True)
   results = {}
@@ -474,7 +478,7 @@ def _replay_states_report(repeats: int, envs=_REPLAY_ENVS):
       for mode in ('stored', 'recompute'):
         proc = subprocess.run(
             [sys.executable, os.path.abspath(__file__), '--replay_child',
-             env_id, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+             env_id, mode, str(steps[0]), str(steps[1])], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, timeout=1800)
         if proc.returncode != 0:
           raise SystemExit(f'{env_id} {mode} failed:\n{proc.stderr[-3000:]}')
@@ -546,9 +550,10 @@ def _onednn_report(quick: bool, envs=None):
 
 
 def main():
-  if len(sys.argv) == 4 and sys.argv[1] == '--replay_child':
+  if len(sys.argv) == 6 and sys.argv[1] == '--replay_child':
     absl_logging.set_verbosity(absl_logging.ERROR)
-    print(json.dumps(_replay_child(sys.argv[2], sys.argv[3])))
+    print(json.dumps(_replay_child(sys.argv[2], sys.argv[3],
+                                   int(sys.argv[4]), int(sys.argv[5]))))
     return
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--quick', action='store_true',
@@ -576,7 +581,9 @@ def main():
   tf.get_logger().setLevel('ERROR')
   if args.replay_states:
     _replay_states_report(1 if args.quick else args.repeats,
-                          [e for e in _REPLAY_ENVS if not envs or e in envs])
+                          [e for e in _REPLAY_ENVS if not envs or e in envs],
+                          _REPLAY_QUICK_STEPS if args.quick else (
+                              _REPLAY_FILL_STEPS, _REPLAY_TIMED_STEPS))
     return
   if args.onednn == 'both':
     _onednn_report(args.quick, envs)

@@ -41,6 +41,7 @@ reference issue 13 names.
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -334,6 +335,13 @@ def _actor_table():
 
 def _program_run(num_actors, envs_per_actor, steps, extra=()):
   logdir = tempfile.mkdtemp(prefix='impala_tp_')
+  try:
+    return _measure_program(logdir, num_actors, envs_per_actor, steps, extra)
+  finally:
+    shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _measure_program(logdir, num_actors, envs_per_actor, steps, extra):
   cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
          '--lp_launch_type=local_mp', '--noevaluator',
          f'--config={FLAGS.config}', f'--num_actors={num_actors}',
@@ -476,6 +484,12 @@ def main(argv):
           f"{r['samples_sps']:.0f} | {r['wait']:.2f} | {r['lag']:.1f} | "
           + ('-' if FLAGS.skip_acme else f"{r['env_sps'] / base:.1f}x") +
           ' |')
+  failed = [f'{n} x {k} {engine}: {r["error"]}' for (n, k, engine), r in rows
+            if 'error' in r]
+  if failed:
+    # A table with a failed row is not a measurement of those settings.
+    raise SystemExit('throughput.py: program run(s) failed: ' +
+                     '; '.join(failed))
 
 
 if __name__ == '__main__':

@@ -62,6 +62,10 @@ flags.DEFINE_integer('sf_envs_per_worker', 20,
                      'Sample Factory environments per worker.')
 flags.DEFINE_list('program_flags', [], 'Extra flags for our program.')
 flags.DEFINE_string('json_out', None, 'Write the per-run rows here.')
+flags.DEFINE_bool('require_idle', True, 'Refuse to start while processes of '
+                  'another run (ours or Sample Factory) are alive; false '
+                  'for a check that the script runs, whose rates will be '
+                  'skewed.')
 FLAGS = flags.FLAGS
 
 _SF_FRAMES = re.compile(r'Total num frames: (\d+)')
@@ -250,7 +254,7 @@ def main(argv):
   if not os.path.exists(FLAGS.sf_python):
     raise SystemExit(f'--sf_python={FLAGS.sf_python!r} does not exist: run '
                      '`bash benchmarks/setup_sample_factory.sh` first.')
-  busy = _busy_processes()
+  busy = _busy_processes() if FLAGS.require_idle else []
   if busy:
     raise SystemExit(f'processes of an earlier run are still alive and would '
                      f'share the cores: {busy}')
@@ -307,6 +311,13 @@ def main(argv):
     with open(FLAGS.json_out, 'w') as f:
       json.dump(dict(commit=commit, cpu=provenance.cpu(), rows=rows), f,
                 indent=1)
+  unmeasured = [f"{r['system']} run {r['repeat']} ({r['log']})"
+                for r in rows if r['steps_per_s'] is None]
+  if unmeasured:
+    # Its table row says n/a: no two progress reports after the warm-up.
+    raise SystemExit('vs_sample_factory.py: no env steps/s measured for '
+                     + ', '.join(unmeasured) + f'; --seconds={FLAGS.seconds:g}'
+                     ' may be too short for it to start')
 
 
 if __name__ == '__main__':

@@ -46,3 +46,19 @@ def readme_run(tmp_path_factory):
     assert rc == 0, out[-4000:]
     outputs.append(out)
   return (logdir, *outputs)
+
+
+# Files whose tests share a session fixture run on the same xdist worker
+# (scripts/test.sh runs two), so the fixture's program runs once.
+_SHARED_WORKER = {'test_docs.py': 'readme_run', 'test_evaluate.py': 'readme_run'}
+
+
+def pytest_collection_modifyitems(config, items):
+  """Under `-n 2 --dist loadgroup` (scripts/test.sh), every test of a file
+  runs on one worker: module fixtures start their programs once, and the
+  multi-host tests of one file never share their network namespaces'
+  names and addresses with another test at the same time."""
+  del config
+  for item in items:
+    name = os.path.basename(str(item.fspath))
+    item.add_marker(pytest.mark.xdist_group(_SHARED_WORKER.get(name, name)))

@@ -5,6 +5,7 @@ import glob
 import os
 import re
 import shlex
+import signal
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +46,17 @@ def small(argv, **flags):
 
 
 def run(argv, timeout=400):
-  """Runs `argv` from the repository root; (exit status, output)."""
-  proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True, timeout=timeout)
-  return proc.returncode, proc.stdout
+  """Runs `argv` from the repository root; (exit status, output). Past
+  `timeout` seconds its whole process group is killed and the output so
+  far is returned with a last line saying so (status -9), so a failing
+  test shows where the command stood."""
+  proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True,
+                          errors='replace', start_new_session=True)
+  try:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    return -9, f'{out}\n[killed: still running after {timeout} s]'
