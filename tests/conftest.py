@@ -51,14 +51,19 @@ def readme_run(tmp_path_factory):
 # Files whose tests share a session fixture run on the same xdist worker
 # (scripts/test.sh runs two), so the fixture's program runs once.
 _SHARED_WORKER = {'test_docs.py': 'readme_run', 'test_evaluate.py': 'readme_run'}
+# Files whose tests share nothing (each run writes only under its tmp_path)
+# and together take long: spread over both workers, test by test.
+_SPREAD = ('test_benchmarks.py',)
 
 
 def pytest_collection_modifyitems(config, items):
   """Under `-n 2 --dist loadgroup` (scripts/test.sh), every test of a file
   runs on one worker: module fixtures start their programs once, and the
   multi-host tests of one file never share their network namespaces'
-  names and addresses with another test at the same time."""
+  names and addresses with another test at the same time. The tests of
+  `_SPREAD` files go one by one to whichever worker is free."""
   del config
   for item in items:
     name = os.path.basename(str(item.fspath))
-    item.add_marker(pytest.mark.xdist_group(_SHARED_WORKER.get(name, name)))
+    group = item.nodeid if name in _SPREAD else _SHARED_WORKER.get(name, name)
+    item.add_marker(pytest.mark.xdist_group(group))
