@@ -168,10 +168,10 @@ def _make_batch(config):
   return sample, spec, num_steps
 
 
-def _make_learners(config, spec, sample):
+def _make_learners(config, spec, sample, modes=config_lib.COMPILE_MODES):
   """{row name: learner}, every learner on a fresh network and `sample`."""
   learners = {}
-  for mode in config_lib.COMPILE_MODES:
+  for mode in modes:
     cfg = config.replace(compile_mode=mode)
     learners[f'ours, {mode}'] = learning.IMPALALearner(
         _make_network(cfg, spec), itertools.repeat(sample), cfg,
@@ -303,13 +303,14 @@ def _median_step_s(learners, warmup, rounds, target_s):
           steps_per_repeat)
 
 
-def _bench_network(label, overrides, plan, budget_s, warm_up):
+def _bench_network(label, overrides, plan, budget_s, warm_up,
+                   modes=config_lib.COMPILE_MODES):
   config = _make_config(overrides)
   start = time.perf_counter()
   sample, spec, env_steps = _make_batch(config)
   fill_s = time.perf_counter() - start
   warm_up_s = _warm_up_tensorflow(config, spec, sample) if warm_up else None
-  learners = _make_learners(config, spec, sample)
+  learners = _make_learners(config, spec, sample, modes)
 
   compile_s, abandoned = {}, []
   for name in list(learners):
@@ -508,7 +509,7 @@ def _replay_states_report(repeats: int, envs=_REPLAY_ENVS,
 _ONEDNN = 'TF_ENABLE_ONEDNN_OPTS'
 
 
-def _onednn_report(quick: bool, envs=None):
+def _onednn_report(quick: bool, envs=None, modes=None):
   """The table twice, each in its own process: oneDNN off, then on (the
   variable is read when TensorFlow loads, so a process has one setting).
   Then each learner's samples/s against Acme's in the same setting and
@@ -525,7 +526,8 @@ def _onednn_report(quick: bool, envs=None):
       env = dict(os.environ, **{_ONEDNN: value})
       cmd = [sys.executable, os.path.abspath(__file__), '--onednn=process',
              f'--json_out={out.name}'] + (['--quick'] if quick else []) + (
-                 [f'--envs={",".join(envs)}'] if envs else [])
+                 [f'--envs={",".join(envs)}'] if envs else []) + (
+                     [f'--modes={",".join(modes)}'] if modes else [])
       print(f'## {_ONEDNN}={value}\n', flush=True)
       proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, timeout=3600)
@@ -575,8 +577,17 @@ def main():
   parser.add_argument('--envs', default=None,
                       help='only these environments (comma-separated ids, '
                       'e.g. CartPole-v1); default: all of the mode')
+  parser.add_argument('--modes', default=None,
+                      help='only these compile modes of our learner '
+                      f'(comma-separated, of {", ".join(config_lib.COMPILE_MODES)});'
+                      ' default: all')
   args = parser.parse_args()
   envs = args.envs.split(',') if args.envs else None
+  modes = args.modes.split(',') if args.modes else None
+  bad = [m for m in modes or [] if m not in config_lib.COMPILE_MODES]
+  if bad:
+    parser.error(f'--modes={args.modes!r}: {bad} are not compile modes; '
+                 f'expected some of {list(config_lib.COMPILE_MODES)}')
   absl_logging.set_verbosity(absl_logging.ERROR)
   tf.get_logger().setLevel('ERROR')
   if args.replay_states:
@@ -586,7 +597,7 @@ def main():
                               _REPLAY_FILL_STEPS, _REPLAY_TIMED_STEPS))
     return
   if args.onednn == 'both':
-    _onednn_report(args.quick, envs)
+    _onednn_report(args.quick, envs, modes)
     return
 
   start = time.perf_counter()
@@ -596,7 +607,8 @@ def main():
   for i, (label, overrides, plan, quick_plan) in enumerate(networks):
     results.append(_bench_network(label, overrides,
                                   quick_plan if args.quick else plan,
-                                  budget_s, warm_up=(i == 0)))
+                                  budget_s, warm_up=(i == 0),
+                                  modes=modes or config_lib.COMPILE_MODES))
   _print_report(results, budget_s, time.perf_counter() - start)
   sys.stdout.flush()
   if args.json_out:

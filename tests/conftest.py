@@ -54,6 +54,14 @@ _SHARED_WORKER = {'test_docs.py': 'readme_run', 'test_evaluate.py': 'readme_run'
 # Files whose tests share nothing (each run writes only under its tmp_path)
 # and together take long: spread over both workers, test by test.
 _SPREAD = ('test_benchmarks.py',)
+# The files that take longest as one group (3-6 min each in CI), handed
+# out first so that the short groups and the spread tests fill the gaps
+# and neither worker is left with a long file at the end.
+# (test_k8s.py not first: its policy check waits for the checkov venv that
+# scripts/test.sh starts making when the tests start.)
+_LONGEST = ('test_supervisor.py', 'test_program.py', 'test_k8s.py',
+            'test_sweep.py', 'test_docs.py', 'test_evaluate.py',
+            'test_memory.py', 'test_learning.py')
 
 
 def pytest_collection_modifyitems(config, items):
@@ -67,3 +75,11 @@ def pytest_collection_modifyitems(config, items):
     name = os.path.basename(str(item.fspath))
     group = item.nodeid if name in _SPREAD else _SHARED_WORKER.get(name, name)
     item.add_marker(pytest.mark.xdist_group(group))
+
+  def rank(item):
+    name = os.path.basename(str(item.fspath))
+    if name in _LONGEST:
+      return _LONGEST.index(name)
+    return len(_LONGEST) + (name in _SPREAD)
+  # Stable: each file's tests stay together and in their order.
+  items.sort(key=rank)

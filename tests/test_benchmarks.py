@@ -45,11 +45,13 @@ SMALL = {
     # Its own budget (20k steps) is what its first learner step needs.
     'benchmarks/startup.py': dict(repeats=1, methods='fork'),
     # One process (oneDNN as this environment has it), not one per setting,
-    # and no Atari learner: each compiles for minutes on a busy 2-core
-    # machine (7 min for the whole --quick table in CI).
+    # no Atari learner (each compiles for minutes on a busy 2-core machine:
+    # 7 min for the whole --quick table in CI) and one of our compile modes
+    # beside Acme's (the modes' updates are compared in test_learning.py).
     'benchmarks/learner_bench.py': dict(quick=None, repeats=1,
                                         onednn='process',
                                         envs='CartPole-v1',
+                                        modes='vtrace_and_optimizer',
                                         json_out=f'{_T}/learner.json'),
     'benchmarks/policy_bench.py': dict(quick=None),
     'benchmarks/optimizer_bench.py': dict(quick=None),
@@ -77,8 +79,12 @@ SMALL = {
 # documented command passes that flag.
 SMALL_WITH = {
     # An Atari learner's first step compiles for 20-30 s, by when 8k steps
-    # are long gone: no learner row to measure.
-    ('benchmarks/throughput.py', '--config=atari'): dict(steps_per_run=30000),
+    # are long gone: no learner row to measure. 20k leaves it rows.
+    ('benchmarks/throughput.py', '--config=atari'): dict(steps_per_run=20000),
+    # Its first setting, 1 actor x 1 CartPole, steps slowest (2.5 min of a
+    # CI run); one of 32 reaches the rows' budget in seconds.
+    ('benchmarks/throughput.py',
+     '--settings=1x1,1x8,1x16,1x32,1x64,2x32,4x16,8x8'): dict(settings='1x32'),
     # MinAtar's replay states (benchmarks/minatar.py once shadowed the
     # package there); CartPole's are the same code.
     ('benchmarks/learner_bench.py', '--replay_states'): dict(
