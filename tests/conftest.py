@@ -64,6 +64,8 @@ _LONGEST = ('test_supervisor.py', 'test_program.py', 'test_k8s.py',
             'test_memory.py', 'test_learning.py')
 
 
+# First: pytest-xdist's own hook reads the xdist_group markers added here.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
   """Under `-n 2 --dist loadgroup` (scripts/test.sh), every test of a file
   runs on one worker: module fixtures start their programs once, and the
