@@ -95,6 +95,8 @@ flags.DEFINE_bool('ale_vector', False, 'Actor-only Atari rows: also ale-py\'s '
                   "and the actor's rate as a fraction of it.")
 flags.DEFINE_string('probe', None, 'Internal: ENGINE:ENV_ID:K:MODE, one '
                     'measurement in this process, printed as JSON.')
+flags.DEFINE_float('acme_child', None, 'Internal: run Acme\'s agent for '
+                   'this many seconds in this process, print its row as JSON.')
 FLAGS = flags.FLAGS
 
 
@@ -372,6 +374,42 @@ def _measure_program(logdir, num_actors, envs_per_actor, steps, extra):
               lag=float(last.get('policy_lag_mean') or 'nan'))
 
 
+# Acme's single-process agent can deadlock: its update() steps the learner
+# while the queue holds a batch, but the learner's prefetching dataset may
+# already hold part of the next one, and the one thread that would add the
+# rest is waiting on it (seen in CI: stuck for 9 min in learner.step). So
+# it runs in a child process with a deadline, once more if that passes.
+_ACME_TRIES = 2
+_ACME_GRACE_S = 150.
+
+
+def _acme_row(seconds):
+  """_acme_run(seconds) in a child process: its row, or SystemExit when
+  every try deadlocked or failed."""
+  cmd = [sys.executable, os.path.abspath(__file__),
+         f'--acme_child={seconds}', f'--config={FLAGS.config}'] + (
+             [f'--env={FLAGS.env}'] if FLAGS.env else [])
+  for attempt in range(1, _ACME_TRIES + 1):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+      out, err = proc.communicate(timeout=seconds + _ACME_GRACE_S)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.communicate()
+      print(f'Acme\'s agent made no progress for {seconds + _ACME_GRACE_S:.0f}'
+            f' s (try {attempt} of {_ACME_TRIES}: its queue deadlock); '
+            'killed.', flush=True)
+      continue
+    if proc.returncode == 0:
+      return json.loads(out.strip().splitlines()[-1])
+    print(f'Acme\'s agent exited {proc.returncode} (try {attempt} of '
+          f'{_ACME_TRIES}): {err[-500:]}', flush=True)
+  raise SystemExit(f'throughput.py: Acme\'s single-process agent failed '
+                   f'{_ACME_TRIES} times; no baseline row (--skip_acme runs '
+                   'without it).')
+
+
 def _acme_run(seconds):
   """Acme 0.4.0's single-process TF IMPALA agent, our network class."""
   import acme  # pylint: disable=g-import-not-at-top
@@ -416,6 +454,9 @@ def main(argv):
     engine, env_id, k, mode = FLAGS.probe.rsplit(':', 3)
     print(json.dumps(_probe(engine, env_id, int(k), mode)))
     return
+  if FLAGS.acme_child is not None:
+    print(json.dumps(_acme_run(FLAGS.acme_child)))
+    return
   if FLAGS.actor_overlap:
     odd = [r for r in FLAGS.actor_rows if int(r.rsplit(':', 1)[1]) % 2]
     if not FLAGS.actor_rows or odd:
@@ -447,7 +488,7 @@ def main(argv):
   else:
     print(f'Acme 0.4.0 single-process IMPALA on {_env_id()} '
           f'({FLAGS.acme_seconds:.0f} s)...', flush=True)
-    acme_row = _acme_run(FLAGS.acme_seconds if not FLAGS.quick else 20.)
+    acme_row = _acme_row(FLAGS.acme_seconds if not FLAGS.quick else 20.)
   cfg = presets.get_config(FLAGS.config)
   rows = []
   for num_actors, k in settings:

@@ -55,8 +55,8 @@ _SHARED_WORKER = {'test_docs.py': 'readme_run', 'test_evaluate.py': 'readme_run'
 # and together take long: spread over both workers, test by test.
 _SPREAD = ('test_benchmarks.py',)
 # The files that take longest as one group (3-6 min each in CI), handed
-# out first so that the short groups and the spread tests fill the gaps
-# and neither worker is left with a long file at the end.
+# out first so that the spread tests and the short files fill the gaps and
+# neither worker is left with a long file at the end.
 # (test_k8s.py not first: its policy check waits for the checkov venv that
 # scripts/test.sh starts making when the tests start.)
 _LONGEST = ('test_supervisor.py', 'test_program.py', 'test_k8s.py',
@@ -82,6 +82,7 @@ def pytest_collection_modifyitems(config, items):
     name = os.path.basename(str(item.fspath))
     if name in _LONGEST:
       return _LONGEST.index(name)
-    return len(_LONGEST) + (name in _SPREAD)
+    # Then the spread runs (up to 2.5 min each), then the short files.
+    return len(_LONGEST) + (name not in _SPREAD)
   # Stable: each file's tests stay together and in their order.
   items.sort(key=rank)
