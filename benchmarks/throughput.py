@@ -389,9 +389,20 @@ def _acme_row(seconds):
   cmd = [sys.executable, os.path.abspath(__file__),
          f'--acme_child={seconds}', f'--config={FLAGS.config}'] + (
              [f'--env={FLAGS.env}'] if FLAGS.env else [])
+  # Acme's learner exports a SavedModel snapshot to ~/acme on its first
+  # step: kept (it is part of Acme's agent as users run it), into a HOME
+  # removed afterwards rather than the user's.
+  home = tempfile.mkdtemp(prefix='throughput_acme_home_')
+  try:
+    return _acme_tries(cmd, seconds, dict(os.environ, HOME=home))
+  finally:
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _acme_tries(cmd, seconds, env):
   for attempt in range(1, _ACME_TRIES + 1):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
     try:
       out, err = proc.communicate(timeout=seconds + _ACME_GRACE_S)
     except subprocess.TimeoutExpired:
