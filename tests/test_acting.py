@@ -4,6 +4,7 @@ import acme
 from acme import datasets
 from acme import specs
 from acme.tf import utils as tf2_utils
+from acme.utils import loggers
 import numpy as np
 import reverb
 import tensorflow as tf
@@ -48,7 +49,8 @@ def test_items_signature_extras_and_start_state():
       net, builder_lib.IMPALABuilder(config, spec).make_adder(client),
       policy_version=version, seed=1)
   # Acme's own loop drives our actor.
-  loop = acme.EnvironmentLoop(env, actor, should_update=False)
+  loop = acme.EnvironmentLoop(env, actor, should_update=False,
+                     logger=loggers.NoOpLogger())
   loop.run(num_steps=300)
   size = client.server_info()[types.QUEUE_TABLE].current_size
   # One item of T+1 steps every T written steps (overlap by one); episode

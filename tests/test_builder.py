@@ -10,6 +10,7 @@ import threading
 
 import acme
 from acme import specs
+from acme.utils import loggers
 import dm_env
 import numpy as np
 import portpicker
@@ -44,7 +45,8 @@ def _act(builder, env, server, version, steps):
   adder = builder.make_adder(client)
   actor = builder.make_actor(builder.make_network(), adder, None, seed=version,
                              policy_version=tf.Variable(version, tf.int64))
-  acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=steps)
+  acme.EnvironmentLoop(env, actor, should_update=False,
+                     logger=loggers.NoOpLogger()).run(num_steps=steps)
   adder.flush()
   return client
 
@@ -208,7 +210,8 @@ def test_recompute_replay_holds_whole_episodes():
   client = reverb.Client(f'localhost:{server.port}')
   adder = builder.make_adder(client)
   actor = builder.make_actor(builder.make_network(), adder, None, seed=0)
-  acme.EnvironmentLoop(env, actor, should_update=False).run(num_episodes=12)
+  acme.EnvironmentLoop(env, actor, should_update=False,
+                     logger=loggers.NoOpLogger()).run(num_episodes=12)
   adder.flush()
   sizes = _sizes(client)
   # The last episode's final window waits for the next episode's steps.
@@ -330,7 +333,8 @@ def test_recompute_rows_wait_out_a_replay_server_outage():
       adder = builder.make_adder(client)
       actor = builder.make_actor(builder.make_network(), adder, None,
                                  seed=attempt)
-      acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=300)
+      acme.EnvironmentLoop(env, actor, should_update=False,
+                     logger=loggers.NoOpLogger()).run(num_steps=300)
       adder.flush()
       # Within a few batches every row walks an episode of this server
       # (the key of its sample changes, so a walk starts).

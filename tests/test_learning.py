@@ -61,7 +61,8 @@ def _filled_server(config, num_steps, seed=0):
   adder = builder.make_adder(client)
   actor = acting.IMPALAActor(net, adder, policy_version=tf.Variable(
       0, dtype=tf.int64), seed=seed)
-  acme.EnvironmentLoop(env, actor, should_update=False).run(
+  acme.EnvironmentLoop(env, actor, should_update=False,
+                     logger=loggers.NoOpLogger()).run(
       num_steps=num_steps)
   del adder
   env.close()
@@ -209,7 +210,22 @@ def test_get_variables_honours_names(filled_queue):
     learner.get_variables(['critic'])
 
 
-def test_acme_learner_trains_on_items_from_our_actor(filled_queue):
+class _NoSnapshots:
+  """Stands in for Acme's Snapshotter, which exports a SavedModel to
+  ~/acme at the learner's first step: outside the test's directory, and
+  most of the test's time."""
+
+  def __init__(self, *unused_args, **unused_kwargs):
+    pass
+
+  def save(self, force=False):
+    del force
+    return False
+
+
+def test_acme_learner_trains_on_items_from_our_actor(filled_queue,
+                                                      monkeypatch):
+  monkeypatch.setattr(acme_learning.tf2_savers, 'Snapshotter', _NoSnapshots)
   server, spec, config = filled_queue
   net = _network(config, spec, seed=2)
   ds = datasets.make_reverb_dataset(
@@ -285,7 +301,8 @@ def test_our_learner_trains_on_items_from_acme_actor_and_adder():
                                     sequence_length=T + 1)
   assert adder._end_of_episode_behavior is acme_adders.EndBehavior.ZERO_PAD  # pylint: disable=protected-access
   acme_actor = acme_acting.IMPALAActor(net, adder)
-  acme.EnvironmentLoop(env, acme_actor, should_update=False).run(
+  acme.EnvironmentLoop(env, acme_actor, should_update=False,
+                     logger=loggers.NoOpLogger()).run(
       num_steps=500)
   num_items = client.server_info()[
       acme_adders.DEFAULT_PRIORITY_TABLE].current_size
@@ -590,7 +607,8 @@ def test_recompute_carries_the_network_state_from_each_episode_start():
   client = reverb.Client(address)
   adder = builder.make_adder(client, num_envs=1)
   actor = builder.make_actor(_network(config, spec, seed=1), adder, seed=0)
-  acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=800)
+  acme.EnvironmentLoop(env, actor, should_update=False,
+                     logger=loggers.NoOpLogger()).run(num_steps=800)
   adder.flush()
   net = _network(config, spec, seed=2)
   learner = builder.make_learner(net, None, logger=loggers.InMemoryLogger())
@@ -618,7 +636,8 @@ def test_shared_replay_agent_recomputes_another_agents_episodes():
   adder = writer.make_adder(client, num_envs=1)
   actor = writer.make_actor(_network(writer_config, spec, seed=1), adder,
                             seed=0)
-  acme.EnvironmentLoop(env, actor, should_update=False).run(num_steps=800)
+  acme.EnvironmentLoop(env, actor, should_update=False,
+                     logger=loggers.NoOpLogger()).run(num_steps=800)
   adder.flush()
   net = _network(reader_config, spec, seed=2)
   learner = reader.make_learner(net, None, logger=loggers.InMemoryLogger())
