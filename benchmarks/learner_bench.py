@@ -168,7 +168,7 @@ def _make_batch(config):
   return sample, spec, num_steps
 
 
-def _make_learners(config, spec, sample, modes=config_lib.COMPILE_MODES):
+def _make_learners(config, spec, sample, modes):
   """{row name: learner}, every learner on a fresh network and `sample`."""
   learners = {}
   for mode in modes:
@@ -303,8 +303,7 @@ def _median_step_s(learners, warmup, rounds, target_s):
           steps_per_repeat)
 
 
-def _bench_network(label, overrides, plan, budget_s, warm_up,
-                   modes=config_lib.COMPILE_MODES):
+def _bench_network(label, overrides, plan, budget_s, warm_up, modes):
   config = _make_config(overrides)
   start = time.perf_counter()
   sample, spec, env_steps = _make_batch(config)
@@ -401,8 +400,8 @@ def _rss_mb() -> float:
   return float('nan')
 
 
-def _replay_child(env_id: str, mode: str, fill_steps: int = _REPLAY_FILL_STEPS,
-                  timed_steps: int = _REPLAY_TIMED_STEPS) -> dict:
+def _replay_child(env_id: str, mode: str, fill_steps: int,
+                  timed_steps: int) -> dict:
   """One (environment, replay_core_state) measurement in this process.
 
   Our actor fills an in-process Reverb server's queue and replay through the
@@ -453,16 +452,17 @@ def _replay_child(env_id: str, mode: str, fill_steps: int = _REPLAY_FILL_STEPS,
     learner.step()
   update_s = (time.perf_counter() - start) / timed_steps
   server.stop()
-  return dict(env=env_id, mode=mode, fill_steps_per_s=fill_steps / fill_s, with_data_ms=with_data_s * 1e3,
+  return dict(env=env_id, mode=mode, fill_steps_per_s=fill_steps / fill_s,
+              with_data_ms=with_data_s * 1e3,
               update_ms=update_s * 1e3, rss_delta_mb=rss_after - rss_before,
               replay_items=sizes.get(types.REPLAY_TABLE, 0))
 
 
-def _replay_states_report(repeats: int, envs=_REPLAY_ENVS,
-                          steps=(_REPLAY_FILL_STEPS, _REPLAY_TIMED_STEPS)):
+def _replay_states_report(repeats: int, envs, steps):
   """Runs every (environment, mode) in its own process, alternating the
   modes `repeats` times, and prints medians and the recompute/stored
-  ratios."""
+  ratios. `steps`: (actor steps filling the tables, timed learner
+  steps)."""
   commit = provenance.git_commit()
   print(f'learner_bench.py --replay_states at commit {commit} '
         f'on {provenance.cpu()}: '
@@ -479,8 +479,9 @@ def _replay_states_report(repeats: int, envs=_REPLAY_ENVS,
       for mode in ('stored', 'recompute'):
         proc = subprocess.run(
             [sys.executable, os.path.abspath(__file__), '--replay_child',
-             env_id, mode, str(steps[0]), str(steps[1])], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, timeout=1800)
+             env_id, mode, str(steps[0]), str(steps[1])],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            timeout=1800)
         if proc.returncode != 0:
           raise SystemExit(f'{env_id} {mode} failed:\n{proc.stderr[-3000:]}')
         row = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -509,7 +510,7 @@ def _replay_states_report(repeats: int, envs=_REPLAY_ENVS,
 _ONEDNN = 'TF_ENABLE_ONEDNN_OPTS'
 
 
-def _onednn_report(quick: bool, envs=None, modes=None):
+def _onednn_report(quick: bool, envs, modes):
   """The table twice, each in its own process: oneDNN off, then on (the
   variable is read when TensorFlow loads, so a process has one setting).
   Then each learner's samples/s against Acme's in the same setting and
@@ -526,8 +527,8 @@ def _onednn_report(quick: bool, envs=None, modes=None):
       env = dict(os.environ, **{_ONEDNN: value})
       cmd = [sys.executable, os.path.abspath(__file__), '--onednn=process',
              f'--json_out={out.name}'] + (['--quick'] if quick else []) + (
-                 [f'--envs={",".join(envs)}'] if envs else []) + (
-                     [f'--modes={",".join(modes)}'] if modes else [])
+                 [f'--envs={",".join(envs)}'] if envs else []) + [
+                     f'--modes={",".join(modes)}']
       print(f'## {_ONEDNN}={value}\n', flush=True)
       proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, timeout=3600)
@@ -579,12 +580,13 @@ def main():
                       'e.g. CartPole-v1); default: all of the mode')
   parser.add_argument('--modes', default=None,
                       help='only these compile modes of our learner '
-                      f'(comma-separated, of {", ".join(config_lib.COMPILE_MODES)});'
-                      ' default: all')
+                      '(comma-separated, of '
+                      f'{", ".join(config_lib.COMPILE_MODES)}); default: all')
   args = parser.parse_args()
   envs = args.envs.split(',') if args.envs else None
-  modes = args.modes.split(',') if args.modes else None
-  bad = [m for m in modes or [] if m not in config_lib.COMPILE_MODES]
+  modes = (args.modes.split(',') if args.modes else
+           list(config_lib.COMPILE_MODES))
+  bad = [m for m in modes if m not in config_lib.COMPILE_MODES]
   if bad:
     parser.error(f'--modes={args.modes!r}: {bad} are not compile modes; '
                  f'expected some of {list(config_lib.COMPILE_MODES)}')
@@ -607,8 +609,7 @@ def main():
   for i, (label, overrides, plan, quick_plan) in enumerate(networks):
     results.append(_bench_network(label, overrides,
                                   quick_plan if args.quick else plan,
-                                  budget_s, warm_up=(i == 0),
-                                  modes=modes or config_lib.COMPILE_MODES))
+                                  budget_s, warm_up=(i == 0), modes=modes))
   _print_report(results, budget_s, time.perf_counter() - start)
   sys.stdout.flush()
   if args.json_out:

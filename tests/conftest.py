@@ -50,7 +50,8 @@ def readme_run(tmp_path_factory):
 
 # Files whose tests share a session fixture run on the same xdist worker
 # (scripts/test.sh runs two), so the fixture's program runs once.
-_SHARED_WORKER = {'test_docs.py': 'readme_run', 'test_evaluate.py': 'readme_run'}
+_SHARED_WORKER = {'test_docs.py': 'readme_run',
+                  'test_evaluate.py': 'readme_run'}
 # Files whose tests share nothing (each run writes only under its tmp_path)
 # and together take long: spread over both workers, test by test.
 _SPREAD = ('test_benchmarks.py',)
@@ -73,16 +74,14 @@ def pytest_collection_modifyitems(config, items):
   names and addresses with another test at the same time. The tests of
   `_SPREAD` files go one by one to whichever worker is free."""
   del config
+  rank = {}
   for item in items:
     name = os.path.basename(str(item.fspath))
     group = item.nodeid if name in _SPREAD else _SHARED_WORKER.get(name, name)
     item.add_marker(pytest.mark.xdist_group(group))
-
-  def rank(item):
-    name = os.path.basename(str(item.fspath))
-    if name in _LONGEST:
-      return _LONGEST.index(name)
-    # Then the spread runs (up to 2.5 min each), then the short files.
-    return len(_LONGEST) + (name not in _SPREAD)
+    # The longest files, then the spread runs (up to 2.5 min each), then
+    # the short files.
+    rank[item] = (_LONGEST.index(name) if name in _LONGEST else
+                  len(_LONGEST) + (name not in _SPREAD))
   # Stable: each file's tests stay together and in their order.
-  items.sort(key=rank)
+  items.sort(key=rank.get)

@@ -50,7 +50,7 @@ def test_items_signature_extras_and_start_state():
       policy_version=version, seed=1)
   # Acme's own loop drives our actor.
   loop = acme.EnvironmentLoop(env, actor, should_update=False,
-                     logger=loggers.NoOpLogger())
+                              logger=loggers.NoOpLogger())
   loop.run(num_steps=300)
   size = client.server_info()[types.QUEUE_TABLE].current_size
   # One item of T+1 steps every T written steps (overlap by one); episode

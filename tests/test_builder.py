@@ -46,7 +46,7 @@ def _act(builder, env, server, version, steps):
   actor = builder.make_actor(builder.make_network(), adder, None, seed=version,
                              policy_version=tf.Variable(version, tf.int64))
   acme.EnvironmentLoop(env, actor, should_update=False,
-                     logger=loggers.NoOpLogger()).run(num_steps=steps)
+                       logger=loggers.NoOpLogger()).run(num_steps=steps)
   adder.flush()
   return client
 
@@ -211,7 +211,7 @@ def test_recompute_replay_holds_whole_episodes():
   adder = builder.make_adder(client)
   actor = builder.make_actor(builder.make_network(), adder, None, seed=0)
   acme.EnvironmentLoop(env, actor, should_update=False,
-                     logger=loggers.NoOpLogger()).run(num_episodes=12)
+                       logger=loggers.NoOpLogger()).run(num_episodes=12)
   adder.flush()
   sizes = _sizes(client)
   # The last episode's final window waits for the next episode's steps.
@@ -334,7 +334,7 @@ def test_recompute_rows_wait_out_a_replay_server_outage():
       actor = builder.make_actor(builder.make_network(), adder, None,
                                  seed=attempt)
       acme.EnvironmentLoop(env, actor, should_update=False,
-                     logger=loggers.NoOpLogger()).run(num_steps=300)
+                           logger=loggers.NoOpLogger()).run(num_steps=300)
       adder.flush()
       # Within a few batches every row walks an episode of this server
       # (the key of its sample changes, so a walk starts).

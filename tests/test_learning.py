@@ -62,8 +62,7 @@ def _filled_server(config, num_steps, seed=0):
   actor = acting.IMPALAActor(net, adder, policy_version=tf.Variable(
       0, dtype=tf.int64), seed=seed)
   acme.EnvironmentLoop(env, actor, should_update=False,
-                     logger=loggers.NoOpLogger()).run(
-      num_steps=num_steps)
+                       logger=loggers.NoOpLogger()).run(num_steps=num_steps)
   del adder
   env.close()
   return server, spec
@@ -302,8 +301,7 @@ def test_our_learner_trains_on_items_from_acme_actor_and_adder():
   assert adder._end_of_episode_behavior is acme_adders.EndBehavior.ZERO_PAD  # pylint: disable=protected-access
   acme_actor = acme_acting.IMPALAActor(net, adder)
   acme.EnvironmentLoop(env, acme_actor, should_update=False,
-                     logger=loggers.NoOpLogger()).run(
-      num_steps=500)
+                       logger=loggers.NoOpLogger()).run(num_steps=500)
   num_items = client.server_info()[
       acme_adders.DEFAULT_PRIORITY_TABLE].current_size
   assert num_items >= 3 * B
@@ -608,7 +606,7 @@ def test_recompute_carries_the_network_state_from_each_episode_start():
   adder = builder.make_adder(client, num_envs=1)
   actor = builder.make_actor(_network(config, spec, seed=1), adder, seed=0)
   acme.EnvironmentLoop(env, actor, should_update=False,
-                     logger=loggers.NoOpLogger()).run(num_steps=800)
+                       logger=loggers.NoOpLogger()).run(num_steps=800)
   adder.flush()
   net = _network(config, spec, seed=2)
   learner = builder.make_learner(net, None, logger=loggers.InMemoryLogger())
@@ -637,7 +635,7 @@ def test_shared_replay_agent_recomputes_another_agents_episodes():
   actor = writer.make_actor(_network(writer_config, spec, seed=1), adder,
                             seed=0)
   acme.EnvironmentLoop(env, actor, should_update=False,
-                     logger=loggers.NoOpLogger()).run(num_steps=800)
+                       logger=loggers.NoOpLogger()).run(num_steps=800)
   adder.flush()
   net = _network(reader_config, spec, seed=2)
   learner = reader.make_learner(net, None, logger=loggers.InMemoryLogger())
