@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -374,13 +375,14 @@ def _measure_program(logdir, num_actors, envs_per_actor, steps, extra):
               lag=float(last.get('policy_lag_mean') or 'nan'))
 
 
-# Acme's single-process agent can deadlock: its update() steps the learner
-# while the queue holds a batch, but the learner's prefetching dataset may
-# already hold part of the next one, and the one thread that would add the
-# rest is waiting on it (seen in CI: stuck for 9 min in learner.step). So
-# it runs in a child process with a deadline, once more if that passes.
+# Acme's single-process agent can deadlock (its 12 dataset samplers, see
+# _acme_run; seen in CI: stuck for 9 min in learner.step, and in 4 of 5
+# tries on one day). _acme_run gives its learner one sampler; in case
+# anything else stalls it, it runs in a child process that beats on stderr
+# at every learner step and every few env steps, and one silent for
+# _ACME_SILENT_S is killed and tried once more.
 _ACME_TRIES = 2
-_ACME_GRACE_S = 150.
+_ACME_SILENT_S = 45.
 
 
 def _acme_row(seconds):
@@ -394,36 +396,74 @@ def _acme_row(seconds):
   # removed afterwards rather than the user's.
   home = tempfile.mkdtemp(prefix='throughput_acme_home_')
   try:
-    return _acme_tries(cmd, seconds, dict(os.environ, HOME=home))
+    return _acme_tries(cmd, dict(os.environ, HOME=home))
   finally:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def _acme_tries(cmd, seconds, env):
+def _acme_tries(cmd, env):
   for attempt in range(1, _ACME_TRIES + 1):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-      out, err = proc.communicate(timeout=seconds + _ACME_GRACE_S)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      proc.communicate()
-      print(f'Acme\'s agent made no progress for {seconds + _ACME_GRACE_S:.0f}'
-            f' s (try {attempt} of {_ACME_TRIES}: its queue deadlock); '
-            'killed.', flush=True)
-      continue
-    if proc.returncode == 0:
+    rc, out, err = _run_while_beating(cmd, env, _ACME_SILENT_S)
+    if rc is None:
+      print(f'Acme\'s agent went {_ACME_SILENT_S:.0f} s without a step '
+            f'(try {attempt} of {_ACME_TRIES}: its queue deadlock); killed.',
+            flush=True)
+    elif rc == 0:
       return json.loads(out.strip().splitlines()[-1])
-    print(f'Acme\'s agent exited {proc.returncode} (try {attempt} of '
-          f'{_ACME_TRIES}): {err[-500:]}', flush=True)
+    else:
+      print(f'Acme\'s agent exited {rc} (try {attempt} of '
+            f'{_ACME_TRIES}): {err[-500:]}', flush=True)
   raise SystemExit(f'throughput.py: Acme\'s single-process agent failed '
                    f'{_ACME_TRIES} times; no baseline row (--skip_acme runs '
                    'without it).')
 
 
+def _run_while_beating(cmd, env, silent_s):
+  """Runs cmd; kills it once its stderr has been silent for silent_s.
+
+  Returns (returncode or None if killed, stdout, stderr)."""
+  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env=env)
+  last, err_lines, out = [time.time()], [], []
+
+  def read_err():
+    for line in proc.stderr:
+      last[0] = time.time()
+      err_lines.append(line)
+  readers = [threading.Thread(target=read_err, daemon=True),
+             threading.Thread(target=lambda: out.append(proc.stdout.read()),
+                              daemon=True)]
+  for t in readers:
+    t.start()
+  killed = False
+  while proc.poll() is None:
+    if time.time() - last[0] > silent_s:
+      proc.kill()
+      killed = True
+      break
+    time.sleep(0.5)
+  proc.wait()
+  for t in readers:
+    t.join()
+  return (None if killed else proc.returncode), ''.join(out), ''.join(
+      l for l in err_lines if l.strip() != _BEAT)
+
+
+_BEAT = 'acme-child-beat'
+_last_beat = [0.]
+
+
+def _beat(every_s=2.):
+  now = time.time()
+  if now - _last_beat[0] >= every_s:
+    _last_beat[0] = now
+    print(_BEAT, file=sys.stderr, flush=True)
+
+
 def _acme_run(seconds):
   """Acme 0.4.0's single-process TF IMPALA agent, our network class."""
   import acme  # pylint: disable=g-import-not-at-top
+  from acme import datasets  # pylint: disable=g-import-not-at-top
   from acme import specs  # pylint: disable=g-import-not-at-top
   from acme.agents.tf import impala as acme_impala_agent  # pylint: disable=g-import-not-at-top
   from acme.utils import loggers  # pylint: disable=g-import-not-at-top
@@ -440,13 +480,27 @@ def _acme_run(seconds):
       sequence_period=config.unroll_length,
       batch_size=config.batch_size, learning_rate=config.learning_rate,
       logger=loggers.NoOpLogger())
+  # Acme's dataset interleaves 12 samplers, each batching on its own: the
+  # queue's items can end up split among them with none holding a batch,
+  # while update() (one thread) waits in learner.step for one. One sampler
+  # sees every item, so a queue that can give a batch gives it.
+  agent._learner._iterator = iter(datasets.make_reverb_dataset(  # pylint: disable=protected-access
+      server_address=f'localhost:{agent._server.port}',  # pylint: disable=protected-access
+      batch_size=config.batch_size, num_parallel_calls=1))
   learner_steps = {'n': 0}
   original_step = agent._learner.step  # pylint: disable=protected-access
 
   def counted_step():
     learner_steps['n'] += 1
     original_step()
+    _beat()
   agent._learner.step = counted_step  # pylint: disable=protected-access
+  original_observe = agent.observe
+
+  def beating_observe(*args, **kwargs):
+    original_observe(*args, **kwargs)
+    _beat()
+  agent.observe = beating_observe
   loop = acme.EnvironmentLoop(env, agent, logger=loggers.NoOpLogger())
   loop.run_episode()  # Warm-up: tracing.
   steps, start = 0, time.time()

@@ -39,8 +39,10 @@ SMALL = {
     'benchmarks/vs_sample_factory.py': dict(
         repeats=1, seconds=45, warmup_s=2, sf_variants='vtrace',
         json_out=f'{_T}/sf.json', require_idle='false'),
-    # Enough steps for the 4 learner log rows a setting's row needs.
-    'benchmarks/throughput.py': dict(steps_per_run=8000, acme_seconds=3,
+    # Enough steps for the 4 learner log rows (1 s apart) a setting's row
+    # needs: 8k steps of 1 x 32 CartPole gave 3 in CI; an Atari learner's
+    # first step compiles for 20-30 s.
+    'benchmarks/throughput.py': dict(steps_per_run=20000, acme_seconds=3,
                                      actor_seconds=1),
     # Its own budget (20k steps) is what its first learner step needs.
     'benchmarks/startup.py': dict(repeats=1, methods='fork'),
@@ -78,9 +80,6 @@ SMALL = {
 # Per (script, flag as written): flags that replace SMALL's where a
 # documented command passes that flag.
 SMALL_WITH = {
-    # An Atari learner's first step compiles for 20-30 s, by when 8k steps
-    # are long gone: no learner row to measure. 20k leaves it rows.
-    ('benchmarks/throughput.py', '--config=atari'): dict(steps_per_run=20000),
     # Its first setting, 1 actor x 1 CartPole, steps slowest (2.5 min of a
     # CI run); one of 32 reaches the rows' budget in seconds.
     ('benchmarks/throughput.py',
