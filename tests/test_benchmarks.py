@@ -80,6 +80,13 @@ SMALL = {
 # Per (script, flag as written): flags that replace SMALL's where a
 # documented command passes that flag.
 SMALL_WITH = {
+    # Atari program runs: 10k steps leave the learner rows past its first
+    # step's compilation (52 s for 1 x 16 gymnasium on an idle AMD EPYC).
+    ('benchmarks/throughput.py', '--config=atari'): dict(steps_per_run=10000),
+    # A sweep of 2 agents sharing the replay, not 4: the sharing runs the
+    # same code, at half the processes.
+    ('benchmarks/laser_efficiency.py', '--suite=sharing'): dict(
+        sweep_entropy_costs='0.01'),
     # Its first setting, 1 actor x 1 CartPole, steps slowest (2.5 min of a
     # CI run); one of 32 reaches the rows' budget in seconds.
     ('benchmarks/throughput.py',
