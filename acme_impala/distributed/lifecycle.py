@@ -255,10 +255,15 @@ def wait_for_stop(timeout_s: float) -> bool:
   return True
 
 
+class ProgramStopping(RuntimeError):
+  """Raised by Retrying for a call asked for once the program is stopping."""
+
+
 class Retrying:
   """A client of another node whose calls are retried while that node is
   away (restarting after a crash), with exponential backoff, until they
-  succeed or the program stops (then the last error is raised).
+  succeed or the program stops (then the last error is raised). Once the
+  program is stopping, a call is not sent: ProgramStopping is raised.
 
   E.g. `Retrying(counter_client, 'actor_0 -> counter').increment(steps=8)`.
   The first failure of an outage and its end are logged, and every
@@ -279,6 +284,12 @@ class Retrying:
     return functools.partial(self._call, method)
 
   def _call(self, method: str, *args, **kwargs):
+    if stop_requested():
+      # The other node may be gone already, and a call to it would wait out
+      # its client's deadline (the counter's: 5 s, wait_for_ready): the
+      # learner stopped 5-10 s late at every budget this way.
+      raise ProgramStopping(f'{self._label}: {method} not sent, the program '
+                            'is stopping.')
     backoff, since, logged, failures = self._initial, None, 0., 0
     while True:
       try:
