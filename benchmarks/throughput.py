@@ -45,7 +45,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -378,11 +377,10 @@ def _measure_program(logdir, num_actors, envs_per_actor, steps, extra):
 # Acme's single-process agent can deadlock (its 12 dataset samplers, see
 # _acme_run; seen in CI: stuck for 9 min in learner.step, and in 4 of 5
 # tries on one day). _acme_run gives its learner one sampler; in case
-# anything else stalls it, it runs in a child process that beats on stderr
-# at every learner step and every few env steps, and one silent for
-# _ACME_SILENT_S is killed and tried once more.
+# anything else stalls it, it runs in a child process with a deadline, once
+# more if that passes.
 _ACME_TRIES = 2
-_ACME_SILENT_S = 45.
+_ACME_GRACE_S = 150.
 
 
 def _acme_row(seconds):
@@ -396,68 +394,31 @@ def _acme_row(seconds):
   # removed afterwards rather than the user's.
   home = tempfile.mkdtemp(prefix='throughput_acme_home_')
   try:
-    return _acme_tries(cmd, dict(os.environ, HOME=home))
+    return _acme_tries(cmd, seconds, dict(os.environ, HOME=home))
   finally:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def _acme_tries(cmd, env):
+def _acme_tries(cmd, seconds, env):
   for attempt in range(1, _ACME_TRIES + 1):
-    rc, out, err = _run_while_beating(cmd, env, _ACME_SILENT_S)
-    if rc is None:
-      print(f'Acme\'s agent went {_ACME_SILENT_S:.0f} s without a step '
-            f'(try {attempt} of {_ACME_TRIES}: its queue deadlock); killed.',
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+      out, err = proc.communicate(timeout=seconds + _ACME_GRACE_S)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.communicate()
+      print(f'Acme\'s agent made no progress for {seconds + _ACME_GRACE_S:.0f}'
+            f' s (try {attempt} of {_ACME_TRIES}: a deadlock); killed.',
             flush=True)
-    elif rc == 0:
+      continue
+    if proc.returncode == 0:
       return json.loads(out.strip().splitlines()[-1])
-    else:
-      print(f'Acme\'s agent exited {rc} (try {attempt} of '
-            f'{_ACME_TRIES}): {err[-500:]}', flush=True)
+    print(f'Acme\'s agent exited {proc.returncode} (try {attempt} of '
+          f'{_ACME_TRIES}): {err[-500:]}', flush=True)
   raise SystemExit(f'throughput.py: Acme\'s single-process agent failed '
                    f'{_ACME_TRIES} times; no baseline row (--skip_acme runs '
                    'without it).')
-
-
-def _run_while_beating(cmd, env, silent_s):
-  """Runs cmd; kills it once its stderr has been silent for silent_s.
-
-  Returns (returncode or None if killed, stdout, stderr)."""
-  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=env)
-  last, err_lines, out = [time.time()], [], []
-
-  def read_err():
-    for line in proc.stderr:
-      last[0] = time.time()
-      err_lines.append(line)
-  readers = [threading.Thread(target=read_err, daemon=True),
-             threading.Thread(target=lambda: out.append(proc.stdout.read()),
-                              daemon=True)]
-  for t in readers:
-    t.start()
-  killed = False
-  while proc.poll() is None:
-    if time.time() - last[0] > silent_s:
-      proc.kill()
-      killed = True
-      break
-    time.sleep(0.5)
-  proc.wait()
-  for t in readers:
-    t.join()
-  return (None if killed else proc.returncode), ''.join(out), ''.join(
-      l for l in err_lines if l.strip() != _BEAT)
-
-
-_BEAT = 'acme-child-beat'
-_last_beat = [0.]
-
-
-def _beat(every_s=2.):
-  now = time.time()
-  if now - _last_beat[0] >= every_s:
-    _last_beat[0] = now
-    print(_BEAT, file=sys.stderr, flush=True)
 
 
 def _acme_run(seconds):
@@ -493,14 +454,7 @@ def _acme_run(seconds):
   def counted_step():
     learner_steps['n'] += 1
     original_step()
-    _beat()
   agent._learner.step = counted_step  # pylint: disable=protected-access
-  original_observe = agent.observe
-
-  def beating_observe(*args, **kwargs):
-    original_observe(*args, **kwargs)
-    _beat()
-  agent.observe = beating_observe
   loop = acme.EnvironmentLoop(env, agent, logger=loggers.NoOpLogger())
   loop.run_episode()  # Warm-up: tracing.
   steps, start = 0, time.time()
