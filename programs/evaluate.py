@@ -25,16 +25,11 @@ import sys
 from acme_impala.host import quiet
 quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
 
-import acme
-from acme.utils import loggers
-from acme.utils import observers
 from absl import app
 from absl import flags
-import cv2
-import gymnasium
-import numpy as np
 
 from acme_impala.distributed import run_record
+from acme_impala.launch import program_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('logdir', None,
@@ -54,7 +49,7 @@ flags.DEFINE_integer('agent', 0,
                      'single agent.')
 
 
-class UsageError(Exception):
+class UsageError(ValueError):
   """A bad flag value: reported in one line, exit status 2."""
 
 
@@ -81,6 +76,19 @@ def _check_flags():
     return run_record.load_config(FLAGS.logdir, FLAGS.agent)
   except ValueError as error:
     raise UsageError(f'--logdir={FLAGS.logdir!r}: {error}') from None
+
+
+if __name__ == '__main__':  # Before Acme and TensorFlow load (seconds).
+  program_flags.reject_bad_flags('evaluate', sys.argv,
+                                 lambda unused_overrides: _check_flags(),
+                                 config_overrides=False, launchpad=False)
+
+import acme  # pylint: disable=g-import-not-at-top,wrong-import-position
+from acme.utils import loggers  # pylint: disable=g-import-not-at-top,wrong-import-position
+from acme.utils import observers  # pylint: disable=g-import-not-at-top,wrong-import-position
+import cv2  # pylint: disable=g-import-not-at-top,wrong-import-position
+import gymnasium  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _latest_checkpoint(checkpoint_dir: str) -> str:
@@ -287,4 +295,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=program_flags.flags_parser(
+      'evaluate', config_overrides=False, launchpad=False))

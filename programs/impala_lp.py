@@ -28,14 +28,21 @@ if __name__ == '__main__':  # First, while this process has one thread.
 
 from absl import app
 from absl import flags
-import launchpad as lp  # pylint: disable=unused-import  # Defines --lp_launch_type.
 
+from acme_impala.distributed import lifecycle
 from acme_impala.distributed import run_record
-from acme_impala.launch import local
 from acme_impala.launch import program_flags
 
 FLAGS = flags.FLAGS
 program_flags.define()
+
+
+def check_before_launchpad(overrides):
+  """What `main` checks first, done before Launchpad and TensorFlow load:
+  the restart limits, the configs' values and the logdir."""
+  lifecycle.parse_restart_policies(FLAGS.restarts)
+  program_flags.make_configs(overrides)
+  run_record.check_logdir(FLAGS.logdir or program_flags.default_logdir())
 
 
 def _describe(name, run, logdir):
@@ -65,16 +72,16 @@ def main(argv, overrides, name='impala_lp'):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logdir = FLAGS.logdir or program_flags.default_logdir()
   try:
-    # What needs no TensorFlow is checked before it loads (seconds): the
-    # configs' values and the logdir. prepare() checks the rest.
-    program_flags.make_configs(overrides)
-    run_record.check_logdir(logdir)
-    from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
+    # Checked before Launchpad loads too when run as a program (run_main);
+    # again here for any other caller of main().
+    check_before_launchpad(overrides)
     run = program_flags.prepare(overrides, logdir)
   except (ValueError, TypeError) as error:
     # Bad flags or config values: one clear line, no process started.
     print(f'{name}: error: {error}', file=sys.stderr)
     return 2
+  from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
+  from acme_impala.launch import local  # pylint: disable=g-import-not-at-top
   _describe(name, run, logdir)
   local.print_run_files(name, logdir)
   print(f'{name}: {isolation.describe()}', flush=True)
@@ -88,5 +95,14 @@ def main(argv, overrides, name='impala_lp'):
                                progress_interval_s=FLAGS.progress_interval_s)
 
 
+def run_main(name, main_fn):
+  """Runs `main_fn` as the program `name`: its flags and the launcher's
+  checked first, before Launchpad and TensorFlow load (about a second)."""
+  program_flags.define_launcher()
+  program_flags.reject_bad_flags(name, sys.argv, check_before_launchpad)
+  from acme_impala.launch import local  # pylint: disable=g-import-not-at-top
+  local.run_program(name, main_fn)
+
+
 if __name__ == '__main__':
-  local.run_program('impala_lp', main)
+  run_main('impala_lp', main)

@@ -20,8 +20,6 @@ if __name__ == '__main__':  # First, while this process has one thread.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import impala_lp  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from acme_impala.launch import local  # pylint: disable=g-import-not-at-top,wrong-import-position
-
 DEFAULTS = {'learning_rates': ['1e-3', '2e-3'], 'entropy_costs': ['0.01'],
             'num_actors': 1, 'max_actor_steps': 100_000}
 
@@ -33,4 +31,4 @@ def main(argv, overrides):
 if __name__ == '__main__':
   for flag, value in DEFAULTS.items():
     impala_lp.FLAGS.set_default(flag, value)
-  local.run_program('laser_sweep_lp', main)
+  impala_lp.run_main('laser_sweep_lp', main)

@@ -19,6 +19,7 @@ from absl import app
 from absl import flags
 
 from acme_impala.launch import plots
+from acme_impala.launch import program_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output', 'curves.png', 'The PNG to write.')
@@ -29,10 +30,10 @@ flags.DEFINE_list('labels', None,
 
 def main(argv):
   logdirs = argv[1:]
-  if not logdirs:
-    raise app.UsageError('Give one or more run directories: plot.py '
-                         'LOGDIR... [--output=FILE.png] [--labels=a,b,...]')
   try:
+    if not logdirs:
+      raise ValueError('give one or more run directories: plot.py '
+                       'LOGDIR... [--output=FILE.png] [--labels=a,b,...]')
     if FLAGS.labels is not None and len(FLAGS.labels) != len(logdirs):
       raise ValueError(f'--labels has {len(FLAGS.labels)} labels for '
                        f'{len(logdirs)} LOGDIRs.')
@@ -48,4 +49,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=program_flags.flags_parser(
+      'plot', config_overrides=False, launchpad=False))

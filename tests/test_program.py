@@ -15,6 +15,7 @@ import time
 import psutil
 import pytest
 
+from acme_impala.agent import config as config_lib
 from acme_impala.agent import presets
 from acme_impala.distributed import lifecycle
 from acme_impala.distributed import run_record
@@ -486,7 +487,7 @@ def test_sweep_agents_get_their_own_seed_streams(tmp_path):
   from acme_impala.distributed import nodes  # pylint: disable=g-import-not-at-top
   from acme_impala.distributed import sweep  # pylint: disable=g-import-not-at-top
   base = presets.get_config('cartpole').replace(replay_fraction=0.5)
-  grid = sweep.sweep_configs(base, [1e-3, 2e-3], [0.01])
+  grid = config_lib.sweep_configs(base, [1e-3, 2e-3], [0.01])
   assert grid[0].seed == grid[1].seed
   program = sweep.make_sweep_program(grid, 2, 100, str(tmp_path / 's'))
   seeds = []

@@ -332,7 +332,7 @@ def test_ctrl_c_while_a_node_restarts_exits_0_with_nothing_left(tmp_path):
   assert run.leftovers() == []
 
 
-def test_the_stop_line_says_why_in_the_users_words(tmp_path):
+def test_the_stop_line_says_why_in_the_users_words(tmp_path, monkeypatch):
   """A SIGTERM is a node's lp.stop() (the budget reached, a failure), which
   records why first, or comes from outside; the launcher's own reasons are
   kept. The run's end is never worded as if someone had killed it."""
@@ -342,14 +342,12 @@ def test_the_stop_line_says_why_in_the_users_words(tmp_path):
   assert supervisor.stop_line(supervisor.SIGTERM, status) == (
       'SIGTERM received from outside the program')
   from acme_impala.distributed import lifecycle  # pylint: disable=g-import-not-at-top
+  import launchpad  # pylint: disable=g-import-not-at-top
   stopped = []
-  real_stop = lifecycle.lp.stop
-  lifecycle.lp.stop = lambda: stopped.append(True)
-  try:
-    lifecycle.stop_program(status, 'the budget is reached: 4,010 actor '
-                           'steps >= max_actor_steps=4,000')
-  finally:
-    lifecycle.lp.stop = real_stop
+  monkeypatch.setattr(launchpad, 'stop', lambda: stopped.append(True))
+  lifecycle.stop_program(status, 'the budget is reached: 4,010 actor '
+                         'steps >= max_actor_steps=4,000')
+  monkeypatch.undo()
   assert stopped == [True]
   assert supervisor.stop_line(supervisor.SIGTERM, status) == (
       'the budget is reached: 4,010 actor steps >= max_actor_steps=4,000')

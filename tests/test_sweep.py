@@ -14,6 +14,7 @@ import pytest
 
 import docs_commands
 
+from acme_impala.agent import config as config_lib
 from acme_impala.agent import presets
 from acme_impala.distributed import sweep
 
@@ -69,7 +70,7 @@ def _walks_and_staleness(rows):
 
 def test_sweep_program_graph_shares_or_separates_replay(tmp_path):
   base = presets.get_config('cartpole').replace(replay_fraction=0.5)
-  grid = sweep.sweep_configs(base, [1e-3, 2e-3], [0.01])
+  grid = config_lib.sweep_configs(base, [1e-3, 2e-3], [0.01])
   shared = sweep.make_sweep_program(grid, 1, 100, str(tmp_path / 's'))
   separate = sweep.make_sweep_program(grid, 1, 100, str(tmp_path / 'p'),
                                       share_replay=False)

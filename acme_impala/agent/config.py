@@ -8,7 +8,7 @@ value and what was expected.
 
 import dataclasses
 import math
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from acme_impala.envs import engines
 
@@ -412,3 +412,25 @@ def _check_int_tuple(config, name):
             for v in value))
   if not ok:
     _fail(config, name, 'a non-empty tuple of positive integers')
+
+
+# A LASER sweep's configs (distributed/sweep.py runs them): plain data, so
+# that a launcher checks them before Launchpad and TensorFlow load.
+def sweep_configs(base: IMPALAConfig,
+                  learning_rates: Sequence[float],
+                  entropy_costs: Sequence[float]
+                  ) -> List[IMPALAConfig]:
+  """The grid learning_rate x entropy_cost around `base` (LASER's sweep)."""
+  return [dataclasses.replace(base, learning_rate=lr, entropy_cost=ec)
+          for lr in learning_rates for ec in entropy_costs]
+
+
+def validate_sweep(configs: Sequence[IMPALAConfig]) -> None:
+  """A LASER sweep needs replay in every agent (see also prepare_run)."""
+  if len(configs) < 1:
+    raise ValueError('A sweep needs at least one agent config.')
+  for i, config in enumerate(configs):
+    if config.replay_fraction == 0:
+      raise ValueError(
+          f'agent_{i}: replay_fraction=0 uses no replay; a LASER sweep needs '
+          'replay_fraction in (0, 1].')

@@ -16,6 +16,7 @@ Errors raised while the program is already stopping (a Reverb server going
 away under a blocked writer or dataset) are part of a normal shutdown.
 """
 
+import dataclasses
 import functools
 import glob
 import json
@@ -24,10 +25,13 @@ import re
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import logging
-import launchpad as lp
+
+# Launchpad (about a second to import) is imported where a stop is asked for
+# or waited on: the launcher's flags and the Kubernetes manifests use this
+# module's roles, and reject a bad flag before Launchpad loads.
 
 _FAILURE_PREFIX = 'FAILED-'
 # Why a node stopped the program on purpose (e.g. the budget is reached),
@@ -49,6 +53,43 @@ ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')
 def role_of(group: str) -> str:
   """'agent_1_actor' -> 'actor' (a sweep prefixes its agents' groups)."""
   return re.sub(r'^agent_\d+_', '', group)
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartPolicy:
+  """At most `max_restarts` restarts of one node within `window_s` seconds;
+  one more death stops the program. 0 never restarts."""
+  max_restarts: int = 3
+  window_s: float = 600.
+
+  def __str__(self):
+    return f'{self.max_restarts}/{self.window_s:g}s'
+
+
+DEFAULT_POLICIES: Mapping[str, RestartPolicy] = {
+    role: RestartPolicy() for role in ROLES}
+
+
+def parse_restart_policies(text: str) -> Dict[str, RestartPolicy]:
+  """`role=N[/SECONDS],...` over the defaults, e.g. 'actor=5/600,learner=0'.
+
+  Raises ValueError naming the bad entry before anything is launched.
+  """
+  policies = dict(DEFAULT_POLICIES)
+  for entry in filter(None, (e.strip() for e in (text or '').split(','))):
+    match = re.fullmatch(r'(\w+)=(\d+)(?:/(\d+(?:\.\d*)?))?', entry)
+    if not match:
+      raise ValueError(f'restarts entry {entry!r} is invalid: expected '
+                       'ROLE=N or ROLE=N/SECONDS, e.g. actor=3/600.')
+    role, count, window = match.groups()
+    if role not in ROLES:
+      raise ValueError(f'restarts entry {entry!r} names role {role!r}: '
+                       f'expected one of {list(ROLES)}.')
+    window_s = float(window) if window else DEFAULT_POLICIES[role].window_s
+    if window_s <= 0:
+      raise ValueError(f'restarts entry {entry!r}: the window must be > 0 s.')
+    policies[role] = RestartPolicy(int(count), window_s)
+  return policies
 
 
 # Set by the supervising launcher (launch/supervisor.py) in every node process: how
@@ -77,6 +118,7 @@ def stop_requested() -> bool:
   """True once this program has been asked to stop (any launch type)."""
   if _STOPPING.is_set():
     return True
+  import launchpad as lp  # pylint: disable=g-import-not-at-top
   try:
     return lp.wait_for_stop(0)
   except Exception:  # pylint: disable=broad-except
@@ -144,6 +186,7 @@ def stop_program(status_dir: Optional[str], reason: str) -> None:
     with open(tmp, 'w') as f:
       f.write(reason + '\n')
     os.replace(tmp, os.path.join(status_dir, _STOP_REASON_FILE))
+  import launchpad as lp  # pylint: disable=g-import-not-at-top
   lp.stop()
 
 
@@ -183,6 +226,7 @@ def _fail_program(label: str, status_dir: Optional[str], error: BaseException,
   stops the whole program."""
   message = record_failure(status_dir, label, error)
   logging.error('%s%s\n%s', message, context, traceback.format_exc())
+  import launchpad as lp  # pylint: disable=g-import-not-at-top
   lp.stop()
 
 
@@ -191,6 +235,7 @@ def run_guarded(label: str, status_dir: Optional[str],
   """Runs a node's main loop; a failure stops the program and is recorded."""
   # In thread-based launches lp.wait_for_stop is per-thread state; the stop
   # handler is process-wide, so shutdown errors are never taken for failures.
+  import launchpad as lp  # pylint: disable=g-import-not-at-top
   lp.register_stop_handler(_on_stop)
   try:
     if os.environ.get(INJECT_FAILURE_ENV) == label:

@@ -13,24 +13,12 @@ The sweep is the several-agents case of `program.prepare_run` and
 f = 1 warning), client timeouts and nodes as a single agent.
 """
 
-import dataclasses
-from typing import List, Sequence
+from typing import Sequence
 
 import launchpad as lp
 
 from acme_impala.agent import config as config_lib
 from acme_impala.distributed import program as program_lib
-
-
-def validate_sweep(configs: Sequence[config_lib.IMPALAConfig]) -> None:
-  """A LASER sweep needs replay in every agent (see also prepare_run)."""
-  if len(configs) < 1:
-    raise ValueError('A sweep needs at least one agent config.')
-  for i, config in enumerate(configs):
-    if config.replay_fraction == 0:
-      raise ValueError(
-          f'agent_{i}: replay_fraction=0 uses no replay; a LASER sweep needs '
-          'replay_fraction in (0, 1].')
 
 
 def prepare_sweep(configs: Sequence[config_lib.IMPALAConfig],
@@ -40,7 +28,7 @@ def prepare_sweep(configs: Sequence[config_lib.IMPALAConfig],
                   share_replay: bool = True,
                   evaluator: bool = True,
                   run_options=None) -> program_lib.PreparedRun:
-  validate_sweep(configs)
+  config_lib.validate_sweep(configs)
   return program_lib.prepare_run(
       configs, logdir, max_actor_steps, num_actors=num_actors,
       evaluator=evaluator, share_replay=share_replay, name='laser_sweep',
@@ -56,12 +44,3 @@ def make_sweep_program(configs: Sequence[config_lib.IMPALAConfig],
   """K agents (one per config), one shared replay table (or one each)."""
   return program_lib.build_program(prepare_sweep(
       configs, num_actors, max_actor_steps, logdir, share_replay, evaluator))
-
-
-def sweep_configs(base: config_lib.IMPALAConfig,
-                  learning_rates: Sequence[float],
-                  entropy_costs: Sequence[float]
-                  ) -> List[config_lib.IMPALAConfig]:
-  """The grid learning_rate x entropy_cost around `base` (LASER's sweep)."""
-  return [dataclasses.replace(base, learning_rate=lr, entropy_cost=ec)
-          for lr in learning_rates for ec in entropy_costs]

@@ -14,7 +14,6 @@ import launchpad as lp
 
 from acme_impala.distributed import lifecycle
 from acme_impala.launch import config_flags
-from acme_impala.launch import isolation
 from acme_impala.launch import plots
 from acme_impala.launch import program_flags
 from acme_impala.launch import progress
@@ -40,7 +39,7 @@ def launch_and_wait(program, logdir: str,
   with the program's own name. `local_mp` runs under `supervisor.Supervisor`
   (restarts per `restarts`, see `supervisor.parse_restart_policies`; node
   processes forked from this one or Launchpad's exec'd commands per
-  `start_method`, see `supervisor.START_METHODS`); the thread-based launch
+  `start_method`, see `program_flags.START_METHODS`); the thread-based launch
   types (`local_mt`, `test_mt`) have no processes to
   restart and use Launchpad's launcher.
 
@@ -107,7 +106,9 @@ def write_curves(logdir: str) -> str:
 
 def run_program(name: str, main) -> None:
   """absl entry point shared by programs/: strips --config.<field> flags,
-  sets Launchpad defaults, and exits 2 with one line on a bad override.
+  sets Launchpad defaults, and exits 2 with one line on a bad override. The
+  program has declared its flags and the launcher's
+  (`program_flags.define`, `define_launcher`).
 
   `main(argv, overrides)` returns the exit status.
   """
@@ -115,31 +116,6 @@ def run_program(name: str, main) -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
 
   argv, overrides_text = config_flags.split_config_overrides(sys.argv)
-  flags.DEFINE_string(
-      'restarts', '',
-      'Restart limits per node role over the defaults (every role: 3 '
-      'restarts within 600 s), as ROLE=N[/SECONDS],...; roles: '
-      f'{", ".join(supervisor.ROLES)}. E.g. --restarts=actor=5/600,learner=0.'
-      ' A node process that dies without a program stop is restarted until '
-      'its limit is exceeded; then the program stops with status 1.')
-  flags.DEFINE_enum(
-      'node_start', 'fork', supervisor.START_METHODS,
-      'How local_mp starts each node process: fork this launcher, which has '
-      'imported everything already (start-up in seconds), or exec '
-      "Launchpad's process_entry.py command (a new interpreter per node).")
-  flags.DEFINE_bool(
-      'verbose', False,
-      'Also show every node\'s output in this terminal (prefixed with the '
-      'node); it always goes to <logdir>/nodes/<group>-<index>.log.')
-  flags.DEFINE_bool(
-      isolation.EXPOSE_FLAG, False,
-      'Let the run\'s Reverb and courier servers listen on every interface '
-      '(unauthenticated: courier runs what it is sent). By default the run '
-      'has a network namespace of its own with only loopback, and stops '
-      'before starting if the kernel allows none.')
-  flags.DEFINE_float(
-      'progress_interval_s', 5.,
-      'Seconds between progress lines (local_mp).', lower_bound=0.5)
   flags.FLAGS.set_default('lp_launch_type', 'local_mp')
   # A stop can arrive while the learner compiles its first step (10-20 s on
   # 2 busy cores), which cannot be interrupted; Launchpad's default notice

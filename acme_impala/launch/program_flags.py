@@ -12,12 +12,15 @@ node process, which then rebuilds exactly the graph its launcher validated.
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 from absl import flags
 
+from acme_impala.agent import config as config_lib
 from acme_impala.agent import presets
+from acme_impala.distributed import lifecycle
 from acme_impala.launch import config_flags
+from acme_impala.launch import isolation
 
 FLAGS = flags.FLAGS
 # Default run directories live under the repository root.
@@ -35,41 +38,108 @@ LAUNCHER_FLAGS = ('lp_launch_type', 'restarts', 'node_start', 'verbose',
                   'progress_interval_s')
 
 
+# How local_mp starts each node process (--node_start; launch/supervisor.py).
+START_METHODS = ('fork', 'exec')
+
 # Launchpad's flags a user of these programs sets (--help lists them).
 _LAUNCHPAD_FLAGS = ('lp_launch_type', 'lp_termination_notice_secs')
+# The names of every flag importing Launchpad defines (launchpad.flags, and
+# absl.testing, which it imports), so that `reject_bad_flags` can pass them
+# on before Launchpad is loaded; tests/test_program_flags.py checks this
+# against a real import.
+LAUNCHPAD_FLAG_PREFIXES = ('lp_', 'tmux_', 'test_', 'xml_output_file')
+_HELP_FLAGS = ('--help', '-h', '--helpshort', '-?')
 
 
-def _print_help() -> None:
+def _print_help(config_overrides: bool, launchpad: bool) -> None:
   # The program's own flags (defined in acme_impala's modules, and
   # Launchpad's launch type) as key flags of the main module, which is what
   # absl's short help lists.
   for module, defined in FLAGS.flags_by_module_dict().items():
     for flag in defined:
-      if module.startswith('acme_impala') or flag.name in _LAUNCHPAD_FLAGS:
+      if module.startswith('acme_impala') or (
+          launchpad and flag.name in _LAUNCHPAD_FLAGS):
         FLAGS.register_key_flag_for_module(sys.argv[0], flag)
   doc = (sys.modules['__main__'].__doc__ or '').strip()
+  tail = ('--config.<field>=<value> sets any IMPALAConfig field; '
+          if config_overrides else '')
   print(f'{doc}\n\nflags:\n{FLAGS.main_module_help()}\n\n'
-        '--config.<field>=<value> sets any IMPALAConfig field; --helpfull '
-        'lists every flag of every library.')
+        f'{tail}--helpfull lists every flag of every library.')
 
 
-def flags_parser(name: str):
+def _reject(name: str, message: str) -> None:
+  print(f'{name}: error: {message} (see --help)', file=sys.stderr)
+  sys.exit(2)
+
+
+def flags_parser(name: str, config_overrides: bool = True,
+                 launchpad: bool = True):
   """absl's `flags_parser` for the programs: --help lists the program's own
   flags and exits 0; a flag absl rejects (unknown, malformed, out of range)
   exits 2 (a usage error) with one line naming it, as the config's checks
-  do."""
+  do. `config_overrides`: the program takes --config.<field> flags (its
+  help says so); `launchpad`: it is a Launchpad program (its help lists
+  Launchpad's launch flags)."""
 
   def parse(args):
-    if any(a in ('--help', '-h', '--helpshort', '-?') for a in args[1:]):
-      _print_help()
+    if any(a in _HELP_FLAGS for a in args[1:]):
+      _print_help(config_overrides, launchpad)
       sys.exit(0)
     try:
       return FLAGS(args)
     except flags.Error as error:
-      print(f'{name}: error: {error} (see --help)', file=sys.stderr)
-      sys.exit(2)
+      _reject(name, str(error))
 
   return parse
+
+
+def reject_bad_flags(name: str, argv: List[str],
+                     check: Optional[Callable[[Dict[str, Any]], None]] = None,
+                     config_overrides: bool = True,
+                     launchpad: bool = True) -> None:
+  """Exits 2 with one line naming a bad flag or value before the program
+  imports Launchpad or TensorFlow (a second or more on 2 cores).
+
+  The flags defined so far parse `argv`; any other flag must be one that
+  importing Launchpad defines (when `launchpad`), whose values the full
+  parse checks. Then `check(overrides)`, given the parsed --config.<field>
+  flags, raises ValueError on what else needs no TensorFlow to decide (the
+  configs, the logdir). Leaves every flag unparsed, at its default, for the
+  program's full parse.
+  """
+  if any(a in _HELP_FLAGS for a in argv[1:]):
+    return  # The full parse lists every flag.
+  args, overrides_text = (config_flags.split_config_overrides(argv)
+                          if config_overrides else (argv, []))
+  allowed = LAUNCHPAD_FLAG_PREFIXES if launchpad else ()
+  try:
+    rest, arguments, value_next = FLAGS(args, known_only=True), [], False
+    for i, arg in enumerate(rest[1:], 1):
+      if arg == '--':  # What follows are arguments.
+        arguments.extend(rest[i + 1:])
+        break
+      if not arg.startswith('-'):
+        if not value_next:  # Else the value of the flag before it.
+          arguments.append(arg)
+        value_next = False
+        continue
+      flag = arg.lstrip('-').split('=', 1)[0]
+      if not (flag.startswith(allowed) or
+              (flag.startswith('no') and flag[2:].startswith(allowed))):
+        _reject(name, f'Unknown command line flag {flag!r}')
+      value_next = '=' not in arg
+    if arguments:
+      _reject(name, f'Unexpected arguments: {arguments}; the program takes '
+              'flags only')
+    if check is not None:
+      check(config_flags.parse_overrides(overrides_text))
+  except flags.Error as error:
+    _reject(name, str(error))
+  except ValueError as error:
+    print(f'{name}: error: {error}', file=sys.stderr)
+    sys.exit(2)
+  finally:
+    FLAGS.unparse_flags()
 
 
 def define() -> None:
@@ -111,6 +181,37 @@ def define() -> None:
                     'one each).')
 
 
+def define_launcher() -> None:
+  """The local launcher's flags (`local.run_program`), declared with the
+  program's before Launchpad loads, so that `reject_bad_flags` checks them
+  too."""
+  flags.DEFINE_string(
+      'restarts', '',
+      'Restart limits per node role over the defaults (every role: 3 '
+      'restarts within 600 s), as ROLE=N[/SECONDS],...; roles: '
+      f'{", ".join(lifecycle.ROLES)}. E.g. --restarts=actor=5/600,learner=0.'
+      ' A node process that dies without a program stop is restarted until '
+      'its limit is exceeded; then the program stops with status 1.')
+  flags.DEFINE_enum(
+      'node_start', 'fork', START_METHODS,
+      'How local_mp starts each node process: fork this launcher, which has '
+      'imported everything already (start-up in seconds), or exec '
+      "Launchpad's process_entry.py command (a new interpreter per node).")
+  flags.DEFINE_bool(
+      'verbose', False,
+      'Also show every node\'s output in this terminal (prefixed with the '
+      'node); it always goes to <logdir>/nodes/<group>-<index>.log.')
+  flags.DEFINE_bool(
+      isolation.EXPOSE_FLAG, False,
+      'Let the run\'s Reverb and courier servers listen on every interface '
+      '(unauthenticated: courier runs what it is sent). By default the run '
+      'has a network namespace of its own with only loopback, and stops '
+      'before starting if the kernel allows none.')
+  flags.DEFINE_float(
+      'progress_interval_s', 5.,
+      'Seconds between progress lines (local_mp).', lower_bound=0.5)
+
+
 def is_sweep() -> bool:
   return bool(FLAGS.learning_rates or FLAGS.entropy_costs)
 
@@ -150,8 +251,7 @@ def make_configs(overrides: Dict[str, Any]):
   base = make_config(overrides)
   if not is_sweep():
     return [base]
-  from acme_impala.distributed import sweep  # pylint: disable=g-import-not-at-top
-  grid = sweep.sweep_configs(
+  grid = config_lib.sweep_configs(
       base, _floats('learning_rates') or [base.learning_rate],
       _floats('entropy_costs') or [base.entropy_cost])
   if len(grid) < 2:
@@ -160,7 +260,7 @@ def make_configs(overrides: Dict[str, Any]):
         f'--entropy_costs={",".join(FLAGS.entropy_costs)} make 1 agent; a '
         'sweep needs at least 2 (learning rate, entropy cost) pairs (for one '
         'agent, set --config.learning_rate / --config.entropy_cost).')
-  sweep.validate_sweep(grid)
+  config_lib.validate_sweep(grid)
   return grid
 
 

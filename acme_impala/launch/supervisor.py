@@ -47,18 +47,16 @@ restart would repeat). Restarts are for processes that disappear.
 """
 
 import ctypes
-import dataclasses
 import io
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional
 
 from absl import flags
 from absl import logging
@@ -69,52 +67,21 @@ from launchpad.program_stopper import program_stopper
 
 from acme_impala.distributed import lifecycle
 from acme_impala.launch import node_runner
+from acme_impala.launch import program_flags
 
 # Node roles (group names without a sweep's `agent_<i>_` prefix).
 ROLES = lifecycle.ROLES
 role_of = lifecycle.role_of
 NODES_FILE = 'nodes.json'
-START_METHODS = ('fork', 'exec')
+START_METHODS = program_flags.START_METHODS
+# Restart limits per role (lifecycle, so that the launcher checks
+# --restarts before Launchpad loads).
+RestartPolicy = lifecycle.RestartPolicy
+DEFAULT_POLICIES = lifecycle.DEFAULT_POLICIES
+parse_restart_policies = lifecycle.parse_restart_policies
 # The stop reason of a SIGTERM until `stop_line` reads what caused it.
 SIGTERM = 'SIGTERM'
 _PR_SET_PDEATHSIG = 1  # From <linux/prctl.h>.
-
-
-@dataclasses.dataclass(frozen=True)
-class RestartPolicy:
-  """At most `max_restarts` restarts of one node within `window_s` seconds;
-  one more death stops the program. 0 never restarts."""
-  max_restarts: int = 3
-  window_s: float = 600.
-
-  def __str__(self):
-    return f'{self.max_restarts}/{self.window_s:g}s'
-
-
-DEFAULT_POLICIES: Mapping[str, RestartPolicy] = {
-    role: RestartPolicy() for role in ROLES}
-
-
-def parse_restart_policies(text: str) -> Dict[str, RestartPolicy]:
-  """`role=N[/SECONDS],...` over the defaults, e.g. 'actor=5/600,learner=0'.
-
-  Raises ValueError naming the bad entry before anything is launched.
-  """
-  policies = dict(DEFAULT_POLICIES)
-  for entry in filter(None, (e.strip() for e in (text or '').split(','))):
-    match = re.fullmatch(r'(\w+)=(\d+)(?:/(\d+(?:\.\d*)?))?', entry)
-    if not match:
-      raise ValueError(f'restarts entry {entry!r} is invalid: expected '
-                       'ROLE=N or ROLE=N/SECONDS, e.g. actor=3/600.')
-    role, count, window = match.groups()
-    if role not in ROLES:
-      raise ValueError(f'restarts entry {entry!r} names role {role!r}: '
-                       f'expected one of {list(ROLES)}.')
-    window_s = float(window) if window else DEFAULT_POLICIES[role].window_s
-    if window_s <= 0:
-      raise ValueError(f'restarts entry {entry!r}: the window must be > 0 s.')
-    policies[role] = RestartPolicy(int(count), window_s)
-  return policies
 
 
 def describe_exit(returncode: int) -> str:

@@ -36,6 +36,7 @@ quiet.silence()  # pylint: disable=g-import-not-at-top  # Before TensorFlow.
 from absl import app
 from absl import flags
 from absl import logging
+import launchpad as lp  # Defines --lp_termination_notice_secs, read here.
 
 from acme_impala.distributed import lifecycle
 from acme_impala.launch import config_flags
@@ -159,7 +160,6 @@ class _Node:
     while the main thread is blocked in C++ (a Reverb writer waiting for a
     server that has stopped); this thread's `os._exit` always does.
     """
-    import launchpad as lp  # pylint: disable=g-import-not-at-top
     self._running.set()
     stopping = threading.Event()
 
