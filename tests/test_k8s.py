@@ -372,6 +372,13 @@ def _require_cluster():
                 'ACME_IMPALA_SKIP_NETNS=1 to skip it elsewhere).')
 
 
+# As a pod's filesystem: the root read-only, /tmp (its emptyDir; here also
+# the volume and the logs) writable, in a mount namespace of its own.
+_READ_ONLY_ROOT = ['unshare', '--mount', '--propagation', 'private', 'sh',
+                   '-c', 'mount --bind /tmp /tmp && '
+                   'mount -o remount,bind,ro / && exec "$@"', 'pod']
+
+
 class _Pods:
   """The rendered Jobs' pods, each in its own namespace ("host")."""
 
@@ -414,6 +421,8 @@ class _Pods:
     env['JOB_COMPLETION_INDEX'] = str(index)
     env['ACME_IMPALA_RESTART_COUNT'] = str(restarts)  # The downward API's.
     env.update(extra_env or {})
+    if container['securityContext'].get('readOnlyRootFilesystem'):
+      command = _READ_ONLY_ROOT + command
     self.processes[title] = self._cluster.start(
         ns, command, env, f'{self._logs}/{group}-{index}.log')
 
@@ -456,8 +465,15 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
   """replay, counter, coordinator, learner, two actors and the evaluator,
   each a pod on its own host; actor 1 gets SIGTERM mid-run (a preemption)
   and exits 143, a replacement with the same index joins, and the run
-  still ends at its budget with every pod exiting 0."""
+  still ends at its budget with every pod exiting 0. Every pod runs, as its
+  manifest says, on a read-only root with only /tmp writable."""
   _require_cluster()
+  probe = subprocess.run(_READ_ONLY_ROOT + [
+      'sh', '-c', f'touch {tmp_path}/probe && touch {ROOT}/.probe'],
+                         capture_output=True, text=True, check=False)
+  assert probe.returncode != 0 and 'Read-only' in probe.stderr, probe
+  assert (tmp_path / 'probe').exists() and not os.path.exists(
+      os.path.join(ROOT, '.probe'))
   # A budget the remaining actor cannot finish alone while the replacement
   # starts (~10-15 s): one actor of the default CartPole program writes
   # ~2.5-5k env steps/s (AMD EPYC, Intel), so 30k steps could end before
