@@ -58,6 +58,8 @@ SMALL = {
     'benchmarks/policy_bench.py': dict(quick=None),
     'benchmarks/optimizer_bench.py': dict(quick=None),
     'benchmarks/vtrace_bench.py': dict(quick=None),
+    'benchmarks/allreduce_bench.py': dict(nets='shallow', steps=2, warmup=1,
+                                          repeats=1),
     # One setting of each suite runs; the others' configs are checked by
     # the script before its first run.
     'benchmarks/laser_efficiency.py': dict(max_actor_steps=3000,
