@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -372,11 +373,15 @@ def _require_cluster():
                 'ACME_IMPALA_SKIP_NETNS=1 to skip it elsewhere).')
 
 
-# As a pod's filesystem: the root read-only, /tmp (its emptyDir; here also
-# the volume and the logs) writable, in a mount namespace of its own.
+# As a pod's filesystem: the root and the code read-only (the checkout may
+# itself be under /tmp, as CI's is), /tmp (its emptyDir; here also the
+# volume and the logs) writable, in a mount namespace of its own.
 _READ_ONLY_ROOT = ['unshare', '--mount', '--propagation', 'private', 'sh',
                    '-c', 'mount --bind /tmp /tmp && '
-                   'mount -o remount,bind,ro / && exec "$@"', 'pod']
+                   'mount -o remount,bind,ro / && '
+                   f'mount --bind {shlex.quote(ROOT)} {shlex.quote(ROOT)} && '
+                   f'mount -o remount,bind,ro {shlex.quote(ROOT)} && '
+                   'exec "$@"', 'pod']
 
 
 class _Pods:

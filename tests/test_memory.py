@@ -21,8 +21,8 @@ holes freed earlier):
     made actors grow ~6 MB/min and the learner ~1.5 MB/min.
 
 The bounds are about a third of what that leak adds over the same calls
-(~0.6 MB over 1,500 policy calls or 1,500 updates) and about three times
-what the fixed loops grow. Measured on an AMD EPYC: at 2,000 calls the
+(~0.8 MB over 2,000 policy calls, ~0.6 MB over 1,500 updates) and three or
+more times what the fixed loops grow. Measured on an AMD EPYC: at 2,000 calls the
 control 0.80 MB, the actor 0.03-0.05 MB, the learner 0.07 MB, the evaluator
 0.00 MB; at 1,000 calls the control 0.41 MB, the actor 0.07 MB, the
 learner 0.05 MB (what the loops grow does not scale with the calls).
@@ -37,8 +37,11 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CALLS = 1_500  # Policy calls measured, after as many for warm-up.
-BOUND_MB = 0.2
+# Policy calls measured, after as many for warm-up. At 1,500 calls and
+# 0.2 MB the actor measured 0.22 MB once in CI (load: its queue drained
+# late, so its adder held more items), so the actors keep 2,000 and 0.3 MB.
+CALLS = 2_000
+BOUND_MB = 0.3
 # Learner updates measured (after as many).
 LEARNER_CALLS = 1_500
 LEARNER_BOUND_MB = 0.2
