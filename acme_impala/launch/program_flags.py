@@ -103,8 +103,8 @@ def reject_bad_flags(name: str, argv: List[str],
   The flags defined so far parse `argv`; any other flag must be one that
   importing Launchpad defines (when `launchpad`), whose values the full
   parse checks. Then `check(overrides)`, given the parsed --config.<field>
-  flags, raises ValueError on what else needs no TensorFlow to decide (the
-  configs, the logdir). Leaves every flag unparsed, at its default, for the
+  flags, raises ValueError or TypeError on what else needs no TensorFlow to
+  decide (the configs, the logdir). Leaves every flag unparsed, at its default, for the
   program's full parse.
   """
   if any(a in _HELP_FLAGS for a in argv[1:]):
@@ -135,7 +135,7 @@ def reject_bad_flags(name: str, argv: List[str],
       check(config_flags.parse_overrides(overrides_text))
   except flags.Error as error:
     _reject(name, str(error))
-  except ValueError as error:
+  except (ValueError, TypeError) as error:  # As main() reports them.
     print(f'{name}: error: {error}', file=sys.stderr)
     sys.exit(2)
   finally:
