@@ -72,9 +72,8 @@ def main(argv, overrides, name='impala_lp'):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logdir = FLAGS.logdir or program_flags.default_logdir()
   try:
-    # Checked before Launchpad loads too when run as a program (run_main);
-    # again here for any other caller of main().
-    check_before_launchpad(overrides)
+    # run_main checked the flags, configs and logdir before Launchpad
+    # loaded; prepare() checks what needs TensorFlow.
     run = program_flags.prepare(overrides, logdir)
   except (ValueError, TypeError) as error:
     # Bad flags or config values: one clear line, no process started.

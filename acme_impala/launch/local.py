@@ -124,8 +124,8 @@ def run_program(name: str, main) -> None:
 
   def _main(argv):
     try:
+      # --restarts was checked by program_flags.reject_bad_flags' caller.
       overrides = config_flags.parse_overrides(overrides_text)
-      supervisor.parse_restart_policies(flags.FLAGS.restarts)
     except ValueError as error:
       print(f'{name}: error: {error}', file=sys.stderr)
       sys.exit(2)
