@@ -69,24 +69,38 @@ def _load_resources():
     _fail(f'--resources={FLAGS.resources!r}: {error}')
 
 
+def _checked_inputs(overrides):
+  """(logdir, attempt, resources) of a render, every value checked that
+  needs no TensorFlow (the configs too); raises ValueError naming a bad
+  one."""
+  naming.validate_run_name(FLAGS.run_name)
+  logdir = FLAGS.logdir or f'{manifests.MOUNT_PATH}/{FLAGS.run_name}'
+  if not logdir.startswith(manifests.MOUNT_PATH + '/'):
+    raise ValueError(f'--logdir={logdir!r}: on Kubernetes the logdir is on '
+                     f'the run\'s volume, under {manifests.MOUNT_PATH}/.')
+  attempt = FLAGS.attempt or time.strftime('a%Y%m%d-%H%M%S', time.gmtime())
+  if not naming.is_dns_label(attempt):
+    raise ValueError(f'--attempt={attempt!r}: expected a DNS label.')
+  program_flags.make_configs(overrides)
+  resources = manifests.validate_resources(_load_resources())
+  return logdir, attempt, resources
+
+
 def render_objects(overrides):
-  """The run's objects from the flags; exits 2 naming a bad value."""
+  """The run's objects from the flags; exits 2 naming a bad value (those
+  that need no TensorFlow before it loads: in well under a second)."""
+  try:
+    logdir, attempt, resources = _checked_inputs(overrides)
+  except (ValueError, TypeError) as error:
+    _fail(str(error))
   from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
   from acme_impala.launch import node_runner  # pylint: disable=g-import-not-at-top
   try:
-    naming.validate_run_name(FLAGS.run_name)
-    logdir = FLAGS.logdir or f'{manifests.MOUNT_PATH}/{FLAGS.run_name}'
-    if not logdir.startswith(manifests.MOUNT_PATH + '/'):
-      raise ValueError(f'--logdir={logdir!r}: on Kubernetes the logdir is on '
-                       f'the run\'s volume, under {manifests.MOUNT_PATH}/.')
-    attempt = FLAGS.attempt or time.strftime('a%Y%m%d-%H%M%S', time.gmtime())
-    if not naming.is_dns_label(attempt):
-      raise ValueError(f'--attempt={attempt!r}: expected a DNS label.')
     run = program_flags.prepare(overrides, logdir, launcher=False)
     sizes = node_runner.group_sizes(program_lib.build_program(run))
     objects = manifests.render(
         FLAGS.run_name, FLAGS.image, FLAGS.namespace, sizes,
-        program_flags.forward(overrides, logdir), _load_resources(), attempt,
+        program_flags.forward(overrides, logdir), resources, attempt,
         FLAGS.termination_notice_s)
   except (ValueError, TypeError) as error:
     _fail(str(error))
@@ -125,17 +139,27 @@ def _jobs():
   return json.loads(result.stdout or '{"items": []}')['items']
 
 
-def main(argv, overrides):
+def _subcommand(argv):
+  """The subcommand of an argv whose flags are parsed; exits 2 unless there
+  is exactly one."""
   if len(argv) != 2 or argv[1] not in SUBCOMMANDS:
     _fail(f'expected one subcommand of {list(SUBCOMMANDS)}, got {argv[1:]}.')
-  command = argv[1]
+  return argv[1]
+
+
+def _check_subcommand_flags(command):
   if command in ('render', 'apply') and not FLAGS.image:
     _fail('--image is required.')
   if not FLAGS.run_name:
     _fail('--run_name is required.')
+  if command == 'render' and not FLAGS.output:
+    _fail('render needs --output=DIR.')
+
+
+def main(argv, overrides):
+  command = _subcommand(argv)
+  _check_subcommand_flags(command)
   if command == 'render':
-    if not FLAGS.output:
-      _fail('render needs --output=DIR.')
     start = time.time()
     objects, sizes = render_objects(overrides)
     path = os.path.join(FLAGS.output, f'{FLAGS.run_name}.yaml')

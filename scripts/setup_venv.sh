@@ -40,7 +40,11 @@ LOG="$VENV/setup.log"
 pip_install() {
   # pip's output goes to a log (this machine's pip config adds noisy warnings);
   # on failure its tail is shown.
-  if ! "$VENV/bin/python" -m pip --disable-pip-version-check install "$@" >>"$LOG" 2>&1; then
+  # --no-compile: byte-compiling every installed module (TensorFlow's
+  # thousands) took half of pip's CPU time; Python compiles what a process
+  # imports, once, on first import.
+  if ! "$VENV/bin/python" -m pip --disable-pip-version-check install \
+      --no-compile "$@" >>"$LOG" 2>&1; then
     echo "error: 'pip install $*' failed; last lines of $LOG:" >&2
     grep -v "is ignored: it is neither" "$LOG" | tail -25 >&2
     exit 1

@@ -10,12 +10,20 @@ if [[ "$(id -u)" == 0 ]] && ! command -v dnsmasq >/dev/null 2>&1; then
   apt-get update >/dev/null && apt-get install -y dnsmasq-base >/dev/null
 fi
 cd "$ROOT"
-# checkov's venv (tests/test_k8s.py's policy check) is mostly downloads:
-# made in the background while the first tests run; the test waits for it.
-# Its own session, so the EXIT trap ends pip with it when tests stop early.
-setsid bash "$ROOT/scripts/setup_checkov.sh" >/dev/null 2>&1 &
-checkov_setup=$!
-trap 'kill -- "-$checkov_setup" 2>/dev/null || true' EXIT
+# The venvs of checkov (tests/test_k8s.py's policy check) and of Sample
+# Factory (the vs_sample_factory.py benchmark's run) are mostly downloads:
+# for the whole suite they are made in the background, one after the other,
+# while the first tests run. Each test runs its setup script itself, which
+# waits for a setup under way (flock), so a run of chosen tests (arguments)
+# makes only what those tests need. One session, so the EXIT trap ends pip
+# with it when the tests stop early.
+if [[ $# == 0 ]]; then
+  setsid bash -c "bash '$ROOT/scripts/setup_checkov.sh';
+                  bash '$ROOT/benchmarks/setup_sample_factory.sh'" \
+      >/dev/null 2>&1 &
+  setups=$!
+  trap 'kill -- "-$setups" 2>/dev/null || true' EXIT
+fi
 status=0
 # Two workers (pytest-xdist), one test file each at a time: the tests wait
 # on real programs for much of their time, and most programs use both

@@ -44,6 +44,9 @@ def _reject(program, *args):
   return proc.returncode, errors, imported
 
 
+_K8S = ['render', '--run_name=t1', '--image=img:1', '--output=/nonexistent']
+
+
 @pytest.mark.parametrize('program,args,message', [
     ('impala_lp.py', ['--bogus=1'], "Unknown command line flag 'bogus'"),
     ('impala_lp.py', ['--nobogus'], "Unknown command line flag 'nobogus'"),
@@ -51,6 +54,8 @@ def _reject(program, *args):
     ('impala_lp.py', ['--node_start=spawn'], 'flag --node_start=spawn'),
     ('impala_lp.py', ['--progress_interval_s=0.1'],
      'flag --progress_interval_s=0.1'),
+    ('impala_lp.py', ['--num_actors=0'], 'flag --num_actors=0'),
+    ('impala_lp.py', ['--max_actor_steps=0'], 'flag --max_actor_steps=0'),
     ('impala_lp.py', ['--restarts=actor=x'], "restarts entry 'actor=x'"),
     ('impala_lp.py', ['--config.discount=2'], 'IMPALAConfig.discount=2'),
     ('impala_lp.py', ['--config=nosuchpreset'], "'nosuchpreset'"),
@@ -69,6 +74,16 @@ def _reject(program, *args):
      "Unknown command line flag 'lp_launch_type'"),
     ('evaluate.py', ['--config.discount=0.9'],
      "Unknown command line flag 'config.discount'"),
+    # impala_k8s.py render checks its inputs before it builds the program.
+    ('impala_k8s.py', _K8S + ['--run_name=Bad_Name'],
+     "run_name='Bad_Name' is invalid"),
+    ('impala_k8s.py', _K8S + ['--logdir=/tmp/x'], 'under /data/'),
+    ('impala_k8s.py', _K8S + ['--attempt=Not_A_Label'],
+     "--attempt='Not_A_Label'"),
+    ('impala_k8s.py', _K8S + ['--config.batch_size=-1'],
+     'IMPALAConfig.batch_size=-1'),
+    ('impala_k8s.py', _K8S + ['--resources=/nonexistent.yaml'],
+     "--resources='/nonexistent.yaml'"),
 ])
 def test_a_bad_flag_exits_2_before_launchpad_or_tensorflow_loads(
     program, args, message):

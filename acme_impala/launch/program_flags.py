@@ -146,15 +146,17 @@ def define() -> None:
   flags.DEFINE_string('config', 'cartpole',
                       f'A preset, one of {presets.names()} (configs/), or '
                       'the path of a config file with get_config().')
+  # Bounds here, not only in program.validate_run: absl checks them when
+  # reject_bad_flags parses, before TensorFlow loads.
   flags.DEFINE_integer('num_actors', 2, 'Actor processes (per agent in a '
-                       'sweep).')
+                       'sweep).', lower_bound=1)
   # Enough for the default cartpole config to pass an evaluator average of
   # 450: the slowest run measured got there at 675k steps (with the 2 x 32
   # defaults 325k; docs/benchmarks.md#learning-the-default-cartpole-program).
   # One to three minutes on 2 cores, by CPU.
   flags.DEFINE_integer('max_actor_steps', 800_000,
                        'Environment steps (summed over actors) to train for '
-                       '(per agent in a sweep).')
+                       '(per agent in a sweep).', lower_bound=1)
   flags.DEFINE_string('logdir', None,
                       'Logs and checkpoints; default runs/impala-<time> '
                       '(a sweep: runs/laser-<time>).')
@@ -165,7 +167,7 @@ def define() -> None:
   flags.DEFINE_integer('eval_episodes', 10,
                        'Episodes per evaluation round, played at once with '
                        'one weight version (one row each in the evaluator '
-                       'logs).')
+                       'logs).', lower_bound=1)
   # A LASER sweep (Schmitt et al. 2019, section 5.4): K agents in one
   # program, one per (learning rate, entropy cost) pair.
   flags.DEFINE_list('learning_rates', [],
