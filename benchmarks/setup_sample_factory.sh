@@ -21,8 +21,6 @@ if [[ ! -x "$PY" ]]; then
   exit 1
 fi
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
-# --no-compile: byte-compiling all of PyTorch was half of the install's CPU
-# time (125 -> 79 s measured); the benchmark imports a small part of it.
-"$VENV/bin/pip" install -q --no-compile -r "$REQS"
+"$VENV/bin/pip" install -q -r "$REQS"
 echo "$HASH" > "$STAMP"
 echo "[setup] $VENV ready" >&2

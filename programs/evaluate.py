@@ -47,6 +47,9 @@ flags.DEFINE_integer('agent', 0,
                      'Which agent of a LASER sweep run (impala_lp.py with '
                      '--learning_rates/--entropy_costs) to evaluate; 0 for a '
                      'single agent.')
+flags.DEFINE_string('task', None,
+                    'A multi-task run (--config.env_ids): the task to play, '
+                    'one of its env ids; default its first.')
 
 
 class UsageError(ValueError):
@@ -73,9 +76,29 @@ def _check_flags():
   if not os.path.isdir(FLAGS.logdir):
     raise UsageError(f'--logdir={FLAGS.logdir!r} is not a directory.')
   try:
-    return run_record.load_config(FLAGS.logdir, FLAGS.agent)
+    config = run_record.load_config(FLAGS.logdir, FLAGS.agent)
   except ValueError as error:
     raise UsageError(f'--logdir={FLAGS.logdir!r}: {error}') from None
+  _task(config)
+  return config
+
+
+def _task(config) -> str:
+  """The environment id to play: the run's, or the --task of a multi-task
+  run; UsageError naming a --task the run has not."""
+  from acme_impala.envs import multitask  # pylint: disable=g-import-not-at-top
+  tasks = multitask.task_ids(config.env_ids)
+  if not tasks:
+    if FLAGS.task is not None:
+      raise UsageError(f'--task={FLAGS.task!r}: {FLAGS.logdir} is a '
+                       f'single-task run (env_id={config.env_id!r}); '
+                       'expected no --task.')
+    return config.env_id
+  task = tasks[0] if FLAGS.task is None else FLAGS.task
+  if task not in tasks:
+    raise UsageError(f'--task={task!r}: expected one of the run\'s tasks '
+                     f'{list(tasks)}.')
+  return task
 
 
 if __name__ == '__main__':  # Before Acme and TensorFlow load (seconds).
@@ -205,18 +228,22 @@ def evaluate(config) -> int:
   path = _latest_checkpoint(checkpoint_dir)
   env_seed, policy_seed = (
       int(s) for s in np.random.SeedSequence(FLAGS.seed).generate_state(2))
+  task = _task(config)
+  # A multi-task run's network takes every task in the suite's one spec.
+  task_kwargs = registry.task_kwargs(config.env_ids)
   environment = registry.make_environment(
-      config.env_id, seed=env_seed, evaluation=True,
-      render_mode='rgb_array' if FLAGS.video else None)
+      task, seed=env_seed, evaluation=True,
+      render_mode='rgb_array' if FLAGS.video else None, **task_kwargs)
   try:
     if FLAGS.video:
-      _check_renders(environment, config.env_id)
-    return _play(config, path, environment, policy_seed)
+      _check_renders(environment, task)
+    return _play(config, path, environment, policy_seed, task, task_kwargs)
   finally:
     environment.close()
 
 
-def _play(config, path: str, environment, policy_seed: int) -> int:
+def _play(config, path: str, environment, policy_seed: int, task: str,
+          task_kwargs) -> int:
   """Restores the network from `path`, plays the episodes, reports, exports;
   returns the exit status."""
   # Imported here: they import TensorFlow, which bad flags need not wait for.
@@ -225,11 +252,11 @@ def _play(config, path: str, environment, policy_seed: int) -> int:
   from acme_impala.envs import atari
   from acme_impala.envs import registry
 
-  spec = registry.environment_spec(config.env_id)
+  spec = registry.environment_spec(task, **task_kwargs)
   builder = builder_lib.IMPALABuilder(config, spec)
   network = builder.make_network()
   step = _restore(network, path)
-  print(f'evaluate: {config.env_id}, checkpoint {path} (learner step '
+  print(f'evaluate: {task}, checkpoint {path} (learner step '
         f'{step})', flush=True)
   if FLAGS.greedy:
     actor = _greedy_actor(network)
@@ -245,7 +272,7 @@ def _play(config, path: str, environment, policy_seed: int) -> int:
   video = None
   if FLAGS.video:
     fps = environment.gymnasium_env.metadata.get('render_fps') or 30
-    if config.env_id.startswith('ALE/'):
+    if task.startswith('ALE/'):
       # One frame per agent step, which repeats its action on 4 emulator
       # frames: real-time playback.
       fps /= atari.ATARI_FRAME_SKIP

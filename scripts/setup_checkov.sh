@@ -23,7 +23,7 @@ PY="$("$ROOT/.venv/bin/python" -c 'import sys; print(sys.base_prefix)')/bin/pyth
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 if ! "$VENV/bin/python" -m pip --disable-pip-version-check install --no-deps \
-    --no-compile -r "$LOCK" > "$VENV/setup.log" 2>&1; then
+    -r "$LOCK" > "$VENV/setup.log" 2>&1; then
   echo "error: installing checkov from $LOCK failed; last lines of" \
        "$VENV/setup.log:" >&2
   grep -v "is ignored: it is neither" "$VENV/setup.log" | tail -20 >&2

@@ -78,6 +78,8 @@ SMALL = {
                                   logroot=f'{_T}/minatar',
                                   outdir=f'{_T}/minatar_out',
                                   baseline_logroot=f'{_T}/minatar'),
+    # Any number of episodes runs the same code.
+    'benchmarks/minatar_random.py': dict(episodes=3),
     'benchmarks/reverb_capacity.py': dict(seconds=0.5, writers=1,
                                           configs='cartpole'),
 }

@@ -29,6 +29,7 @@ from acme_impala.agent import datasets
 from acme_impala.agent import learning
 from acme_impala.agent import networks as networks_lib
 from acme_impala.agent import types
+from acme_impala.envs import multitask
 
 
 
@@ -286,6 +287,31 @@ class IMPALABuilder:
         client=client, sequence_length=cfg.sequence_length,
         period=cfg.unroll_length, priority_fns=priority_fns,
         end_of_episode_behavior=acme_reverb.EndBehavior.CONTINUE)
+
+  @property
+  def tasks(self) -> Tuple[str, ...]:
+    """The environment ids this agent acts in: `config.env_ids`' tasks
+    (multi-task), else `(config.env_id,)`."""
+    return (multitask.task_ids(self._config.env_ids) or
+            (self._config.env_id,))
+
+  def task_of_actor(self, actor_id: int) -> str:
+    """The task actor `actor_id` plays for the whole run: the tasks in
+    turn, so each gets num_actors / len(tasks) actors (IMPALA section 5.3's
+    fixed number of actors per task)."""
+    return self.tasks[actor_id % len(self.tasks)]
+
+  @property
+  def environment_kwargs(self) -> Dict[str, object]:
+    """`registry.make_environment` arguments that give every task this
+    builder's `environment_spec` (`registry.task_kwargs`): the full action
+    set and the suite's channel count for a multi-task agent, none
+    otherwise."""
+    if not self._config.env_ids:
+      return {}
+    observation = self._spec.observations
+    observation = getattr(observation, 'observation', observation)  # OAR.
+    return dict(full_action_set=True, channels=int(observation.shape[-1]))
 
   @property
   def batched_acting(self) -> bool:

@@ -76,6 +76,11 @@ class IMPALAConfig:
   """
   # Environment.
   env_id: str = 'CartPole-v1'
+  # Multi-task (IMPALA section 5.3): one agent, one set of weights, these
+  # tasks: MinAtar ids and suite names ('minatar5'; envs/multitask.py).
+  # Actor i plays task i mod n for the whole run; one evaluator per task.
+  # env_id is not used then. Empty: the single task env_id.
+  env_ids: Tuple[str, ...] = ()
   seed: int = 0
 
   # Network.
@@ -180,6 +185,9 @@ class IMPALAConfig:
   def validate(self) -> None:
     """Raises ConfigError naming the first field with an invalid value."""
     _check_str(self, 'env_id')
+    if not (isinstance(self.env_ids, tuple) and
+            all(isinstance(i, str) and i for i in self.env_ids)):
+      _fail(self, 'env_ids', 'a tuple of environment ids or suite names')
     _check_int(self, 'seed', 0, None)
     _check_choice(self, 'network', NETWORKS)
     _check_int_tuple(self, 'mlp_hidden_sizes')

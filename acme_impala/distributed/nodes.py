@@ -36,6 +36,7 @@ from acme_impala.agent import networks as networks_lib
 from acme_impala.distributed import lifecycle
 from acme_impala.distributed import loggers as loggers_lib
 from acme_impala.envs import batched
+from acme_impala.envs import multitask
 from acme_impala.envs import registry
 
 # Roles in seed derivation: each (agent, role, index) has its own stream.
@@ -374,12 +375,17 @@ class ActorNode:
     seeds = [node_seed(config, options, _ACTOR_ENV, actor_id, j)
              for j in range(k)]
     self._batched = builder.batched_acting
+    task = builder.task_of_actor(actor_id)
+    if config.env_ids:
+      logging.info('%s: plays task %s (%d of %d).', self._label, task,
+                   builder.tasks.index(task) + 1, len(builder.tasks))
     if self._batched:
       self._env = batched.make_batched_environment(
-          config.env_id, seeds, engine=config.env_engine,
-          num_threads=config.env_threads)
+          task, seeds, engine=config.env_engine,
+          num_threads=config.env_threads, **builder.environment_kwargs)
     else:
-      self._env = registry.make_environment(config.env_id, seed=seeds[0])
+      self._env = registry.make_environment(task, seed=seeds[0],
+                                            **builder.environment_kwargs)
     network = builder.make_network()
     self._adder = builder.make_adder(replay, num_envs=k, batched=self._batched)
     self._actor = builder.make_actor(
@@ -435,32 +441,34 @@ class EvaluatorNode:
 
   def __init__(self, builder: builder_lib.IMPALABuilder,
                variable_source: acme.VariableSource,
-               counter: counting.Counter, options):
+               counter: counting.Counter, options,
+               task: Optional[str] = None):
     config = builder.config
+    task = task or builder.tasks[0]
     self._options = options
+    self._label = options.label(evaluator_key(builder, task))
     self._interval_s = options.eval_interval_s
     k = options.eval_episodes
+    # A multi-task agent's evaluators differ in their task only: the same
+    # seeds, as each would be the evaluator of a single-task run.
     self._env = batched.make_batched_environment(
-        config.env_id,
-        [node_seed(config, options, _EVAL_ENV, j) for j in range(k)],
+        task, [node_seed(config, options, _EVAL_ENV, j) for j in range(k)],
         engine=config.env_engine, num_threads=config.env_threads,
-        evaluation=True)
+        evaluation=True, **builder.environment_kwargs)
     self._actor = builder.make_actor(
         builder.make_network(), None, variable_source,
         seed=node_seed(config, options, _EVAL_POLICY), num_envs=k,
         batched=True)
-    self._counter = lifecycle.Retrying(
-        counter, f'{options.label("evaluator")} -> counter')
+    self._counter = lifecycle.Retrying(counter, f'{self._label} -> counter')
     self._logger = loggers_lib.make_logger(
-        options.label('evaluator'), options.logdir, steps_key='actor_steps',
+        self._label, options.logdir, steps_key='actor_steps',
         terminal_time_delta=0.0)
 
   def run(self):
     def loop():
       try:
         while not lp.wait_for_stop(0):
-          if not wait_for_variables(self._actor,
-                                    self._options.label('evaluator')):
+          if not wait_for_variables(self._actor, self._label):
             break
           rows = loops.evaluation_episodes(
               self._env, self._actor, should_stop=lambda: lp.wait_for_stop(0))
@@ -477,8 +485,16 @@ class EvaluatorNode:
       finally:
         self._logger.close()
         self._env.close()
-    lifecycle.run_guarded(self._options.label('evaluator'),
-                          self._options.status_dir, loop)
+    lifecycle.run_guarded(self._label, self._options.status_dir, loop)
+
+
+def evaluator_key(builder: builder_lib.IMPALABuilder, task: str) -> str:
+  """The evaluator's label within its agent: 'evaluator', or
+  'evaluator_<task name>' (e.g. evaluator_breakout) for each task of a
+  multi-task agent; its logs are under logs/<label>/."""
+  if not builder.config.env_ids:
+    return 'evaluator'
+  return f'evaluator_{multitask.task_name(task)}'
 
 
 class CoordinatorNode:

@@ -30,11 +30,12 @@ from acme_impala.distributed import lifecycle
 from acme_impala.distributed import nodes
 from acme_impala.distributed import run_record
 from acme_impala.envs import batched
+from acme_impala.envs import multitask
 from acme_impala.envs import registry
 
 # Fields that fix the format of a trajectory: agents sharing a replay table
 # must agree on them (one Reverb signature for the table).
-DATA_FIELDS = ('env_id', 'network', 'mlp_hidden_sizes', 'lstm_size',
+DATA_FIELDS = ('env_id', 'env_ids', 'network', 'mlp_hidden_sizes', 'lstm_size',
                'use_prev_action_reward', 'unroll_length',
                'record_policy_version')
 # Courier calls to a node that has already stopped must fail, not hang: a
@@ -173,12 +174,21 @@ def validate_run(config: config_lib.IMPALAConfig, options: RunOptions
   contents are `check_logdir_for_run`'s)."""
   # The config's own rules ran when it was made (config.validate(): a
   # frozen dataclass); here what depends on this installation and CPU.
-  registry.validate_environment_id(config.env_id)
-  batched.validate_engine(config.env_id, config.env_engine)
+  tasks = (multitask.validate_task_ids(config.env_ids) if config.env_ids
+           else (config.env_id,))
+  for env_id in tasks:
+    registry.validate_environment_id(env_id)
+    batched.validate_engine(env_id, config.env_engine)
   networks.validate_torso_dtype(config.torso_dtype)
   if options.num_actors < 1:
     raise ValueError(f'num_actors={options.num_actors!r} is invalid: '
                      'expected an integer >= 1.')
+  if options.num_actors % len(tasks):
+    # IMPALA section 5.3: a fixed number of actors per task.
+    raise ValueError(
+        f'num_actors={options.num_actors!r} is invalid for the '
+        f'{len(tasks)} tasks of env_ids={config.env_ids!r}: expected a '
+        f'multiple of {len(tasks)} (the same number of actors per task).')
   if options.eval_episodes < 1:
     raise ValueError(f'eval_episodes={options.eval_episodes!r} is invalid: '
                      'an evaluation round needs at least 1 episode.')
@@ -280,15 +290,19 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
   if sweep and share_replay:
     validate_shared_replay([a.config for a in agents])
   for a in agents[1:]:
-    if a.config.env_id != agents[0].config.env_id:
-      raise ValueError(f'{a.options.agent}: env_id={a.config.env_id!r} '
-                       f'differs from agent_0 ({agents[0].config.env_id!r}); '
-                       'the agents of one run share one environment.')
+    for field in ('env_id', 'env_ids'):
+      mine, first = (getattr(c.config, field) for c in (a, agents[0]))
+      if mine != first:
+        raise ValueError(f'{a.options.agent}: {field}={mine!r} differs '
+                         f'from agent_0 ({first!r}); the agents of one run '
+                         'share one environment.')
   if launcher:
     check_logdir_for_run(logdir, [a.options.agent for a in agents], restore)
   if launcher and restore:
     run_record.check_restore(logdir, configs)
-  if environment_spec is None:
+  if environment_spec is None and configs[0].env_ids:
+    environment_spec = registry.suite_environment_spec(configs[0].env_ids)
+  elif environment_spec is None:
     environment_spec = registry.environment_spec(configs[0].env_id)
   name = name or ('laser_sweep' if sweep else 'impala')
   if launcher:
@@ -336,9 +350,12 @@ def add_agent_nodes(program: lp.Program, builder: builder_lib.IMPALABuilder,
           learner, counter, i, options))
   if options.evaluator:
     with program.group(options.group('evaluator')):
-      program.add_node(lp.CourierNode(
-          _guarded(nodes.EvaluatorNode, 'evaluator', options), builder,
-          learner, counter, options))
+      # One per task of a multi-task agent (IMPALA section 5.3).
+      for task in builder.tasks:
+        label = nodes.evaluator_key(builder, task)
+        program.add_node(lp.CourierNode(
+            _guarded(nodes.EvaluatorNode, label, options), builder,
+            learner, counter, options, task))
   return counter
 
 

@@ -52,7 +52,7 @@ def config_to_dict(config: config_lib.IMPALAConfig) -> Dict[str, Any]:
 # Fields added after records began, with the value a record without them ran
 # with (a later default must not be read into an older run).
 _VALUES_BEFORE_FIELDS = {'env_engine': 'gymnasium', 'env_threads': 0,
-                         'use_lstm': True}
+                         'use_lstm': True, 'env_ids': ()}
 
 
 def _with_older_values(values: Mapping[str, Any]) -> Dict[str, Any]:

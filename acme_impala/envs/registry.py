@@ -22,7 +22,7 @@ bad id fails before any process is started.
 The engines that step K environments at once are in `batched.py`.
 """
 
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import dm_env
 import gymnasium
@@ -32,6 +32,7 @@ from acme import specs as acme_specs
 from acme_impala.envs import adapter
 from acme_impala.envs import atari
 from acme_impala.envs import minatar
+from acme_impala.envs import multitask
 
 CLASSIC_CONTROL_IDS: Tuple[str, ...] = ('CartPole-v1', 'Acrobot-v1', 'MountainCar-v0')
 
@@ -102,7 +103,9 @@ def make_environment(env_id: str,
                      atari.ATARI_DEFAULT_REPEAT_ACTION_PROBABILITY,
                      render_mode: Optional[str] = None,
                      noop_max: int = atari.ATARI_NOOP_MAX,
-                     max_episode_steps: Optional[int] = None
+                     max_episode_steps: Optional[int] = None,
+                     full_action_set: bool = False,
+                     channels: Optional[int] = None
                      ) -> dm_env.Environment:
   """Creates the dm_env environment for `env_id`.
 
@@ -123,6 +126,11 @@ def make_environment(env_id: str,
       no-op frames.
     max_episode_steps: the step cap, after which an episode is truncated
       (discount 1); None: the registered one (Atari: atari.ATARI_MAX_EPISODE_STEPS).
+    full_action_set: MinAtar only: the game's full action set (6 actions, the
+      same in every game) in place of its minimal one; for multi-task runs
+      (`multitask`).
+    channels: MinAtar only: observations padded with zero channels to
+      `uint8[10, 10, channels]` (`multitask.PadChannels`); None: the game's own.
 
   Returns:
     A `dm_env.Environment` with float32 reward and discount specs and an int32
@@ -139,21 +147,62 @@ def make_environment(env_id: str,
         noop_max=noop_max, max_episode_steps=max_episode_steps,
         **make_kwargs)
   else:
-    if minatar.ID_PATTERN.match(env_id):
+    is_minatar = bool(minatar.ID_PATTERN.match(env_id))
+    if (full_action_set or channels is not None) and not is_minatar:
+      raise ValueError(f'{env_id!r}: full_action_set and channels are for '
+                       'MinAtar ids only.')
+    if is_minatar:
       minatar.register()
+      if full_action_set:
+        make_kwargs['use_minimal_action_set'] = False
     if max_episode_steps is not None:
       make_kwargs['max_episode_steps'] = max_episode_steps
     gym_env = gymnasium.make(env_id, **make_kwargs)
+    if channels is not None:
+      gym_env = multitask.PadChannels(gym_env, channels)
   environment: dm_env.Environment = adapter.GymnasiumToDMEnv(gym_env, seed=seed)
   if oar:
     environment = adapter.ObservationActionRewardWrapper(environment)
   return environment
 
 
-def environment_spec(env_id: str, *, oar: bool = True) -> acme_specs.EnvironmentSpec:
-  """The `EnvironmentSpec` of `make_environment(env_id, oar=oar)` (created and closed)."""
-  environment = make_environment(env_id, oar=oar)
+def environment_spec(env_id: str, *, oar: bool = True, **kwargs
+                     ) -> acme_specs.EnvironmentSpec:
+  """The `EnvironmentSpec` of `make_environment(env_id, oar=oar, **kwargs)`
+  (created and closed)."""
+  environment = make_environment(env_id, oar=oar, **kwargs)
   try:
     return acme_specs.make_environment_spec(environment)
   finally:
     environment.close()
+
+
+def task_kwargs(env_ids: Sequence[str]) -> Dict[str, Any]:
+  """The `make_environment` arguments that make every task of a multi-task
+  suite (`config.env_ids`) give the same specs: the full action set and the
+  suite's largest channel count. Empty for a single task (`env_ids` empty).
+  Creates (and closes) one environment per task."""
+  if not env_ids:
+    return {}
+  ids = multitask.validate_task_ids(env_ids)
+  channels = []
+  for env_id in ids:
+    validate_environment_id(env_id)
+    spec = environment_spec(env_id, oar=False, full_action_set=True)
+    channels.append(spec.observations.shape[-1])
+  return dict(full_action_set=True, channels=max(channels))
+
+
+def suite_environment_spec(env_ids: Sequence[str]
+                           ) -> acme_specs.EnvironmentSpec:
+  """The one `EnvironmentSpec` of every task of `env_ids` made with
+  `task_kwargs(env_ids)`; raises ValueError naming a task that differs."""
+  kwargs = task_kwargs(env_ids)
+  specs = {env_id: environment_spec(env_id, **kwargs)
+           for env_id in multitask.task_ids(env_ids)}
+  first_id, first = next(iter(specs.items()))
+  for env_id, spec in specs.items():
+    if spec != first:
+      raise ValueError(f'{env_id!r} has the spec {spec}, {first_id!r} '
+                       f'{first}; the tasks of one agent need one spec.')
+  return first

@@ -27,6 +27,9 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from acme_impala.distributed import run_record
+from acme_impala.envs import multitask
+
 # Evaluation returns are averaged over this many episodes: one episode is too
 # noisy to compare runs by.
 RETURN_WINDOW = 10
@@ -54,7 +57,8 @@ class Curves:
   Attributes:
     name: the logdir's name, with '/agent_<i>' for an agent of a sweep.
     episode_source: 'evaluator', 'actors' (training episodes, when the run
-      has no evaluator) or '' (neither logged an episode).
+      has no evaluator), 'suite' (a multi-task run: the episodes are points
+      of its suite score, `suite_score_curve`) or '' (none logged).
     episode_steps: [E] env steps at the end of each episode, nondecreasing.
     episode_returns: [E] the episodes' returns.
     return_window: episodes per point of `return_mean`: RETURN_WINDOW for
@@ -237,6 +241,46 @@ def _episodes(logs: str) -> Tuple[str, np.ndarray, np.ndarray]:
   return ('actors' if len(steps) else ''), steps, returns
 
 
+def run_tasks(logdir: str) -> Tuple[str, ...]:
+  """The task ids of a multi-task run (from its `config.json`), else ()."""
+  try:
+    record = run_record.read_record(logdir)
+  except ValueError:
+    return ()
+  if not record:
+    return ()
+  return multitask.task_ids(record['configs'][0].get('env_ids') or ())
+
+
+def task_episodes(logdir: str, agent: Optional[int] = None
+                  ) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+  """{task id: (env steps [E], returns [E])} of a multi-task run's
+  evaluators (`logs/evaluator_<task name>/`); {} for a single-task run."""
+  logs = os.path.join(logdir, 'logs', *(
+      [f'agent_{agent}'] if agent is not None else []))
+  return {task: read_episodes([os.path.join(
+      logs, f'evaluator_{multitask.task_name(task)}', 'logs.csv')])
+          for task in run_tasks(logdir)}
+
+
+def suite_score_curve(episodes: Dict[str, Tuple[np.ndarray, np.ndarray]],
+                      window: int = RETURN_WINDOW
+                      ) -> Tuple[np.ndarray, np.ndarray]:
+  """(env steps [P], suite score [P]): at each evaluation episode of any
+  task once every task has one, `multitask.suite_score` of each task's mean
+  return over its last `window` episodes up to then."""
+  if not episodes or any(not len(s) for s, _ in episodes.values()):
+    return np.zeros(0), np.zeros(0)
+  means = {task: moving_mean(r, window) for task, (_, r) in episodes.items()}
+  start = max(s[0] for s, _ in episodes.values())
+  points = np.unique(np.concatenate([s for s, _ in episodes.values()]))
+  points = points[points >= start]
+  scores = np.array([multitask.suite_score({
+      task: means[task][np.searchsorted(s, x, side='right') - 1]
+      for task, (s, _) in episodes.items()}) for x in points])
+  return points.astype(np.float64), scores
+
+
 def read_run(logdir: str, agent: Optional[int] = None) -> Curves:
   """The curves of the run in `logdir` (agent `agent` of a sweep).
 
@@ -264,6 +308,13 @@ def read_run(logdir: str, agent: Optional[int] = None) -> Curves:
                      'with agent=<i>, or all with read_agents.')
 
   source, episode_steps, episode_returns = _episodes(logs)
+  window = RETURN_WINDOW if source == 'evaluator' else ACTOR_RETURN_WINDOW
+  if run_tasks(logdir):
+    # A multi-task run's episode curve is its suite score, each point
+    # already a mean over every task's last RETURN_WINDOW episodes.
+    episode_steps, episode_returns = suite_score_curve(
+        task_episodes(logdir, agent))
+    source, window = ('suite' if len(episode_steps) else ''), 1
   learner = read_csv(os.path.join(logs, 'learner', 'logs.csv'))
   if 'actor_steps' not in learner:
     learner = {}  # Nothing to place on the env-step axis.
@@ -277,7 +328,6 @@ def read_run(logdir: str, agent: Optional[int] = None) -> Curves:
         f'{os.path.join(logs, "evaluator")} or {os.path.join(logs, "actor_*")}'
         f' and no learner row in {os.path.join(logs, "learner", "logs.csv")}.')
   first = times[np.isfinite(times)][:1]
-  window = RETURN_WINDOW if source == 'evaluator' else ACTOR_RETURN_WINDOW
   return Curves(
       name=name,
       episode_source=source,

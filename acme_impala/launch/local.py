@@ -13,7 +13,9 @@ import sys
 import launchpad as lp
 
 from acme_impala.distributed import lifecycle
+from acme_impala.envs import multitask
 from acme_impala.launch import config_flags
+from acme_impala.launch import curves
 from acme_impala.launch import plots
 from acme_impala.launch import program_flags
 from acme_impala.launch import progress
@@ -59,7 +61,8 @@ def launch_and_wait(program, logdir: str,
     if run is not None:
       tracker = progress.Progress(
           logdir, run.agents[0].options.max_actor_steps,
-          agents=[a.options.agent for a in run.agents])
+          agents=[a.options.agent for a in run.agents],
+          tasks=multitask.task_ids(run.agents[0].config.env_ids))
       at_end = lambda: write_curves(logdir)
     return supervisor.Supervisor(
         program, status_dir, policies,
@@ -99,7 +102,10 @@ def write_curves(logdir: str) -> str:
   """Draws <logdir>/curves.png; says where, or why not (a run that logged
   nothing to draw: its exit status is the run's, not the picture's)."""
   try:
-    return f'curves: {plots.write_run_curves(logdir)}'
+    drawn = [plots.write_run_curves(logdir)]
+    if curves.run_tasks(logdir):
+      drawn.append(plots.write_task_curves(logdir))
+    return f'curves: {", ".join(drawn)}'
   except Exception as error:  # pylint: disable=broad-except
     return f'no curves drawn: {error}'
 

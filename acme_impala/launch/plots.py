@@ -49,6 +49,9 @@ def _titles(runs: Sequence[curves_lib.Curves]) -> Dict[str, str]:
                     if c.episode_source})
   if not windows:
     episodes = 'Episode return (no episode logged)'
+  elif [s for s, _ in windows] == ['suite']:
+    episodes = ('Suite score: mean over tasks of min(1, normalised return of '
+                f'its evaluator, mean of last {curves_lib.RETURN_WINDOW})')
   elif [s for s, _ in windows] == ['actors']:
     episodes = ('Training episode return (actors: no evaluator; line: mean '
                 f'of last {windows[0][1]})')
@@ -176,6 +179,56 @@ def write_run_curves(logdir: str, path: Optional[str] = None) -> str:
       if key in curves_lib.LOSS_TERMS:
         _set_scale(ax, drawn)
   return _finish(fig, axes, runs, path)
+
+
+def write_task_curves(logdir: str, path: Optional[str] = None) -> str:
+  """Draws each task of a multi-task run (`<logdir>/curves_tasks.png` by
+  default): a panel per task with its evaluator's episodes, their moving
+  mean, and the two returns its normalised score is measured between
+  (random play, the reference). Returns the path; ValueError naming the
+  logdir when it is no multi-task run."""
+  from acme_impala.envs import minatar  # pylint: disable=g-import-not-at-top
+  episodes = curves_lib.task_episodes(logdir)
+  if not episodes:
+    raise ValueError(f'{logdir}: not a multi-task run (no env_ids in its '
+                     'config.json).')
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+  path = path or os.path.join(logdir, 'curves_tasks.png')
+  cols = 2 if len(episodes) > 1 else 1
+  rows = -(-len(episodes) // cols)
+  fig = figure.Figure(figsize=(12., 3.2 * rows + 1.), dpi=DPI,
+                      layout='constrained')
+  backend_agg.FigureCanvasAgg(fig)
+  axes = np.ravel(fig.subplots(rows, cols, squeeze=False))
+  fig.suptitle(f'{os.path.basename(os.path.abspath(logdir))}: evaluator '
+               f'return per task (line: mean of last '
+               f'{curves_lib.RETURN_WINDOW})', fontsize=13)
+  for ax, (task, (steps, returns)) in zip(axes, episodes.items()):
+    game = minatar.game(task)
+    ax.set_title(task, fontsize=10)
+    ax.scatter(steps, returns, s=10, linewidths=0, alpha=0.5, color='C0',
+               label='evaluation episode')
+    ax.plot(*curves_lib.finite_curve(steps, curves_lib.moving_mean(
+        returns, curves_lib.RETURN_WINDOW)), color='C0', linewidth=1.5,
+            label='moving mean')
+    ax.axhline(minatar.AC_LAMBDA_5M[game], color='C3', linestyle='--',
+               linewidth=1, label='reference (score 1): AC(lambda) at 5M')
+    ax.axhline(minatar.RANDOM_RETURNS[game], color='gray', linestyle=':',
+               linewidth=1, label='random play (score 0)')
+    ax.set_xlabel('env steps (all tasks)')
+    ax.set_ylabel('return')
+    ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=''))
+    ax.grid(True, alpha=0.3)
+  for ax in axes[len(episodes):]:
+    ax.set_visible(False)
+  handles, labels = axes[0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc='outside lower center', ncols=4,
+             fontsize=9)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=DPI)
+  return path
 
 
 def plot_runs(logdirs: Sequence[str], path: str,

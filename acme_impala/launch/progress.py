@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from acme_impala.distributed import lifecycle
+from acme_impala.envs import multitask
 from acme_impala.launch import curves
 
 # Evaluation episodes in the reported mean.
@@ -151,10 +152,15 @@ class Progress:
 
   def __init__(self, logdir: str, max_actor_steps: int,
                agents: Sequence[str] = ('',), window_s: float = 30.,
-               start_time: Optional[float] = None):
+               start_time: Optional[float] = None,
+               tasks: Sequence[str] = ()):
+    """`tasks`: a multi-task agent's task ids (`multitask.task_ids`): its
+    line shows the suite score of the evaluators' last rounds in place of
+    one evaluator's return."""
     self._logdir = logdir
     self._max = max_actor_steps
     self._agents = list(agents)
+    self._tasks = list(tasks)
     self._window_s = window_s
     self._start = time.time() if start_time is None else start_time
 
@@ -164,6 +170,12 @@ class Progress:
   def agent_status(self, agent: str) -> Dict[str, Optional[float]]:
     learner = read_tail(self._path(agent, 'learner'))
     evaluator = read_tail(self._path(agent, 'evaluator'), EVAL_EPISODES)
+    task_returns = {}
+    for task in self._tasks:
+      mean = _mean_return(read_tail(self._path(
+          agent, f'evaluator_{multitask.task_name(task)}'), EVAL_EPISODES))
+      if mean is not None:
+        task_returns[task] = mean
     last = learner[-1] if learner else {}
     def value(key):
       v = last.get(key, math.nan)
@@ -176,7 +188,21 @@ class Progress:
         'env_steps_per_s': _rate(learner, 'actor_steps', self._window_s),
         'updates_per_s': _rate(learner, 'learner_steps', self._window_s),
         'eval_return': _mean_return(evaluator),
+        # Over the tasks evaluated so far (`tasks_evaluated` of them).
+        'suite_score': (multitask.suite_score(task_returns)
+                        if task_returns else None),
+        'tasks_evaluated': len(task_returns),
     }
+
+  def _eval_text(self, status) -> str:
+    if self._tasks:
+      if status['suite_score'] is None:
+        return 'suite score -'
+      return (f'suite score {status["suite_score"]:.2f} '
+              f'({status["tasks_evaluated"]}/{len(self._tasks)} tasks)')
+    return 'eval return ' + (
+        f'{status["eval_return"]:.1f} (last {EVAL_EPISODES})'
+        if status['eval_return'] is not None else '-')
 
   def line(self, now: Optional[float] = None) -> str:
     now = time.time() if now is None else now
@@ -200,9 +226,7 @@ class Progress:
         parts.append(f'{format_count(rate)} env steps/s')
       if status['updates_per_s'] is not None:
         parts.append(f'{status["updates_per_s"]:.0f} updates/s')
-      parts.append('eval return ' + (
-          f'{status["eval_return"]:.1f} (last {EVAL_EPISODES})'
-          if status['eval_return'] is not None else '-'))
+      parts.append(self._eval_text(status))
       if status['policy_lag'] is not None:
         parts.append(f'policy lag {status["policy_lag"]:.1f}')
     else:
@@ -245,7 +269,9 @@ class Progress:
         continue
       text = (f'{prefix}{counts.get("actor_steps", 0):.0f} env steps, '
               f'{counts.get("learner_steps", 0):.0f} learner steps')
-      if status['eval_return'] is not None:
+      if self._tasks and status['suite_score'] is not None:
+        text += ', ' + self._eval_text(status)
+      elif status['eval_return'] is not None:
         text += (f', eval return {status["eval_return"]:.1f} '
                  f'(last {EVAL_EPISODES})')
       parts.append(text)
