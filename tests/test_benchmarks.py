@@ -80,6 +80,12 @@ SMALL = {
                                   baseline_logroot=f'{_T}/minatar'),
     # Any number of episodes runs the same code.
     'benchmarks/minatar_random.py': dict(episodes=3),
+    # One actor per game, no evaluators: the summary reads the actors'
+    # episodes (and the committed single-task CSVs).
+    'benchmarks/multitask.py': dict(
+        seeds='0', max_actor_steps=3000, num_actors=5,
+        program_flags='--noevaluator,--config.envs_per_actor=4',
+        logroot=f'{_T}/multitask', outdir=f'{_T}/multitask_out'),
     'benchmarks/reverb_capacity.py': dict(seconds=0.5, writers=1,
                                           configs='cartpole'),
 }

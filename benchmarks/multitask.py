@@ -1,0 +1,271 @@
+"""One agent on the five MinAtar games against five single-task agents at
+the same total env steps (IMPALA section 5.3's comparison, Figure 5).
+
+Runs `programs/impala_lp.py --config=minatar --config.env_ids=minatar5`
+(one learner, `--num_actors` actors spread over the games, an evaluator per
+game) for `--max_actor_steps` env steps in total, per seed, one run at a
+time; a finished run leaves `benchmark_run.json` in its logdir
+(`--logroot/s<seed>`) and is not run again. The single-task agents are
+`benchmarks/minatar.py`'s runs, read from their committed per-seed CSVs
+(`--singletask_dir`): at a total of T env steps, each of the five has had
+T / 5.
+
+The measure of both is the MinAtar benchmark's: per game, the mean return
+of its last 100 training episodes (the multi-task agent's episodes of that
+game); over games, IMPALA's mean capped normalised score
+(`acme_impala.envs.multitask.suite_score`: random play 0, the MinAtar
+paper's AC(lambda) at 5M 1). Writes under `--outdir`:
+
+  multitask_s<seed>.csv   per seed, on a grid of total env steps: each
+                          game's 100-episode mean and the suite score;
+  multitask.png           the suite score of each seed of both against
+                          total env steps;
+  multitask_summary.csv   and a Markdown table: per game the final means
+                          of each seed of both, and their suite scores.
+
+  python benchmarks/multitask.py --seeds=0
+  python benchmarks/multitask.py --summarize_only
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import numpy as np
+import provenance  # pylint: disable=g-import-not-at-top
+
+from acme_impala.envs import minatar  # pylint: disable=g-import-not-at-top
+from acme_impala.envs import multitask
+from acme_impala.launch import curves
+
+SUITE = 'minatar5'
+TRAIN_WINDOW = 100  # Training episodes per mean, as benchmarks/minatar.py.
+
+flags.DEFINE_list('seeds', ['0'], 'Seeds of the multi-task agent.')
+flags.DEFINE_integer('max_actor_steps', 25_000_000,
+                     'Env steps of a multi-task run, over all games (the '
+                     'single-task runs: 5M each, 25M together).',
+                     lower_bound=1)
+flags.DEFINE_integer('num_actors', 10, 'Actors (a multiple of 5: the same '
+                     'number per game).', lower_bound=1)
+flags.DEFINE_list('program_flags', [], 'Extra flags for the program.')
+flags.DEFINE_string('logroot', os.path.join(_ROOT, 'runs', 'multitask'),
+                    'Run directories: <logroot>/s<seed>.')
+flags.DEFINE_string('singletask_dir',
+                    os.path.join(_ROOT, 'benchmarks', 'results', 'minatar'),
+                    "benchmarks/minatar.py's outdir: its minatar_<game>_s"
+                    '<seed>.csv files are the single-task agents.')
+flags.DEFINE_string('outdir',
+                    os.path.join(_ROOT, 'benchmarks', 'results', 'multitask'),
+                    'Where the CSVs, picture and table go.')
+flags.DEFINE_integer('points', 100, 'Grid points of the per-seed CSVs.',
+                     lower_bound=2)
+flags.DEFINE_bool('summarize_only', False,
+                  'Run nothing; summarise the runs under --logroot.')
+FLAGS = flags.FLAGS
+
+_DONE = 'benchmark_run.json'
+
+
+def _logdir(seed):
+  return os.path.join(FLAGS.logroot, f's{seed}')
+
+
+def run(seed):
+  """One multi-task run to its budget (or the record of an earlier one)."""
+  logdir = _logdir(seed)
+  done = os.path.join(logdir, _DONE)
+  if os.path.exists(done):
+    with open(done) as f:
+      return json.load(f)
+  if os.path.exists(logdir):
+    raise SystemExit(f'{logdir} holds an unfinished run; remove it (or '
+                     'resume it by hand with --restore) first.')
+  cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
+         '--lp_launch_type=local_mp', '--config=minatar',
+         f'--config.env_ids={SUITE}', f'--num_actors={FLAGS.num_actors}',
+         f'--seed={seed}', f'--max_actor_steps={FLAGS.max_actor_steps}',
+         f'--logdir={logdir}', '--progress_interval_s=60'
+         ] + list(FLAGS.program_flags)
+  print(f'multitask.py: seed {seed}: {" ".join(cmd[1:])}', flush=True)
+  commit = provenance.git_commit()  # The code the run starts with.
+  start = time.time()
+  code = subprocess.call(cmd)
+  if code != 0:
+    raise SystemExit(f'multitask.py: seed {seed} exited {code}; see '
+                     f'{logdir}/nodes/.')
+  record = dict(seed=seed, exit=code, wall_seconds=time.time() - start,
+                max_actor_steps=FLAGS.max_actor_steps,
+                num_actors=FLAGS.num_actors,
+                program_flags=list(FLAGS.program_flags), commit=commit,
+                cpu=provenance.cpu())
+  with open(done, 'w') as f:
+    json.dump(record, f, indent=1)
+  return record
+
+
+def multitask_curves(logdir):
+  """{game: (total env steps [E], 100-episode training mean [E])}: the
+  episodes of the actors that played each game (actor i: task i mod 5)."""
+  with open(os.path.join(logdir, 'config.json')) as f:
+    record = json.load(f)
+  tasks = multitask.task_ids(record['configs'][0]['env_ids'])
+  num_actors = record['options']['num_actors']
+  logs = os.path.join(logdir, 'logs')
+  out = {}
+  for k, task in enumerate(tasks):
+    paths = [os.path.join(logs, f'actor_{i}', 'logs.csv')
+             for i in range(k, num_actors, len(tasks))]
+    steps, returns = curves.read_episodes(paths)
+    out[minatar.game(task)] = (steps, curves.moving_mean(returns,
+                                                         TRAIN_WINDOW))
+  return out
+
+
+def singletask_curves(seed):
+  """{game: (total env steps [P], 100-episode training mean [P])} of
+  benchmarks/minatar.py's runs of `seed` (each game's steps times 5: the
+  five agents' total), or None when a game's CSV is missing."""
+  out = {}
+  for game in minatar.GAMES:
+    path = os.path.join(FLAGS.singletask_dir, f'minatar_{game}_s{seed}.csv')
+    rows = curves.read_csv(path)
+    if not len(rows.get('env_steps', [])):
+      return None
+    out[game] = (rows['env_steps'] * len(minatar.GAMES),
+                 rows['train_return_mean100'])
+  return out
+
+
+def _at(curve, x):
+  """The curve's value at its last point <= x (NaN before its first)."""
+  steps, means = curve
+  i = np.searchsorted(steps, x, side='right') - 1
+  return float(means[i]) if i >= 0 and np.isfinite(means[i]) else np.nan
+
+
+def on_grid(per_game, grid):
+  """[P] suite score and {game: [P] mean} of `per_game` on `grid`."""
+  means = {g: np.array([_at(c, x) for x in grid])
+           for g, c in per_game.items()}
+  score = np.array([
+      multitask.suite_score({f'MinAtar/{g}-v1': means[g][p] for g in means})
+      if all(np.isfinite(means[g][p]) for g in means) else np.nan
+      for p in range(len(grid))])
+  return score, means
+
+
+def _final(per_game):
+  """{game: final 100-episode mean}, and their suite score."""
+  finals = {g: float(m[-1]) if len(m) else np.nan
+            for g, (_, m) in per_game.items()}
+  ok = all(np.isfinite(v) for v in finals.values())
+  score = (multitask.suite_score({f'MinAtar/{g}-v1': v
+                                  for g, v in finals.items()})
+           if ok else np.nan)
+  return finals, score
+
+
+def summarize(seeds):
+  os.makedirs(FLAGS.outdir, exist_ok=True)
+  multi = {}
+  for seed in seeds:
+    if os.path.exists(os.path.join(_logdir(seed), _DONE)):
+      multi[seed] = multitask_curves(_logdir(seed))
+    else:
+      print(f'multitask.py: no finished run of seed {seed} under '
+            f'{FLAGS.logroot}; left out.')
+  single = {}
+  for seed in sorted({*seeds, '0', '1', '2'}):
+    curve = singletask_curves(seed)
+    if curve is not None:
+      single[seed] = curve
+  if not multi:
+    raise SystemExit('multitask.py: nothing to summarise.')
+  budget = max(max(s[-1] for s, _ in c.values() if len(s))
+               for c in multi.values())
+  grid = np.linspace(budget / FLAGS.points, budget, FLAGS.points)
+  for seed, per_game in multi.items():
+    score, means = on_grid(per_game, grid)
+    with open(os.path.join(FLAGS.outdir, f'multitask_s{seed}.csv'), 'w',
+              newline='') as f:
+      writer = csv.writer(f)
+      writer.writerow(['total_env_steps'] + [f'{g}_train_mean100'
+                                             for g in means] + ['suite_score'])
+      for p, x in enumerate(grid):
+        writer.writerow([int(x)] + [f'{means[g][p]:.3f}' for g in means] +
+                        [f'{score[p]:.4f}'])
+  _plot(multi, single, grid)
+  rows = [('multi-task', seed, *_final(c)) for seed, c in multi.items()]
+  rows += [('single-task', seed, *_final(c)) for seed, c in single.items()]
+  with open(os.path.join(FLAGS.outdir, 'multitask_summary.csv'), 'w',
+            newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['agent', 'seed'] + list(minatar.GAMES) +
+                    ['suite_score', 'total_env_steps'])
+    for agent, seed, finals, score in rows:
+      steps = (budget if agent == 'multi-task' else
+               max(s[-1] for s, _ in single[seed].values()))
+      writer.writerow([agent, seed] + [f'{finals[g]:.2f}'
+                                        for g in minatar.GAMES] +
+                      [f'{score:.3f}', int(steps)])
+  print(f'\nmultitask.py at {provenance.stamp()}: the mean return of the '
+        f'last {TRAIN_WINDOW} training episodes of each game, and the mean '
+        'capped normalised score (random play 0, AC(lambda) at 5M 1).\n')
+  print('| agent | seed | ' + ' | '.join(minatar.GAMES) +
+        ' | suite score |')
+  print('|---|---|' + '---:|' * (len(minatar.GAMES) + 1))
+  for agent, seed, finals, score in rows:
+    print(f'| {agent} | {seed} | ' + ' | '.join(
+        f'{finals[g]:.1f}' for g in minatar.GAMES) + f' | {score:.3f} |')
+
+
+def _plot(multi, single, grid):
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+  fig = figure.Figure(figsize=(9., 5.5), dpi=100, layout='constrained')
+  backend_agg.FigureCanvasAgg(fig)
+  ax = fig.subplots()
+  for seed, per_game in multi.items():
+    ax.plot(grid, on_grid(per_game, grid)[0], color='C0', linewidth=1.5,
+            label=f'one agent, 5 games (seed {seed})')
+  for seed, per_game in single.items():
+    ax.plot(grid, on_grid(per_game, grid)[0], color='C1', linewidth=1.,
+            linestyle='--', label=f'5 single-task agents (seed {seed})')
+  ax.set_xlabel('env steps, all games together')
+  ax.set_ylabel('mean capped normalised score')
+  ax.set_title('MinAtar, 5 games: one multi-task agent vs five single-task '
+               'agents\n(each game: mean of its last 100 training episodes)',
+               fontsize=10)
+  ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=''))
+  ax.set_ylim(bottom=min(0., ax.get_ylim()[0]))
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.savefig(os.path.join(FLAGS.outdir, 'multitask.png'), dpi=100)
+
+
+def main(argv):
+  del argv
+  if FLAGS.num_actors % len(minatar.GAMES):
+    raise SystemExit(f'multitask.py: --num_actors={FLAGS.num_actors}: '
+                     f'expected a multiple of {len(minatar.GAMES)} (the same '
+                     'number of actors per game).')
+  print(f'multitask.py at {provenance.stamp()}: seeds {FLAGS.seeds}, '
+        f'{FLAGS.max_actor_steps:,} env steps each over {len(minatar.GAMES)} '
+        'games, one run at a time.', flush=True)
+  if not FLAGS.summarize_only:
+    for seed in FLAGS.seeds:
+      run(seed)
+  summarize(FLAGS.seeds)
+
+
+if __name__ == '__main__':
+  app.run(main)
