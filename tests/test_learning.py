@@ -23,6 +23,7 @@ from acme_impala.agent import config as config_lib
 from acme_impala.agent import learning
 from acme_impala.agent import networks
 from acme_impala.agent import types
+from acme_impala.distributed import pbt
 from acme_impala.envs import adapter
 from acme_impala.envs import registry
 
@@ -114,6 +115,54 @@ def test_learner_step_with_xla_on_real_dataset(filled_queue):
   assert row['policy_lag_mean'] == 2.
   # Entropy of a 2-action policy is at most log 2.
   assert 0 < row['entropy'] <= np.log(2) + 1e-6
+
+
+@pytest.mark.parametrize('mode', ['vtrace_and_optimizer', 'none'])
+def test_hyperparameters_set_after_tracing_act_as_if_built_with_them(
+    filled_queue, tmp_path, mode):
+  """PBT's explore (issue 39): a learner whose step is already traced, put
+  back to its initial checkpoint and given other values of the mutable
+  hyperparameters, makes exactly the update of a learner built with them;
+  the checkpoint holds the values (a restore brings the old ones back)."""
+  server, spec, config = filled_queue
+  batch = _batches(server, 1)[0]
+  first = config.replace(compile_mode=mode, learning_rate=1e-3,
+                         entropy_cost=0.01, rmsprop_epsilon=1e-5)
+  changed = dict(learning_rate=4e-3, entropy_cost=0.05, rmsprop_epsilon=1e-3)
+  assert set(changed) == set(learning.MUTABLE_HYPERPARAMETERS)
+  assert set(learning.MUTABLE_HYPERPARAMETERS) == set(pbt.HYPERPARAMETERS)
+
+  net = _network(first, spec, seed=1)
+  logger = loggers.InMemoryLogger()
+  learner = learning.IMPALALearner(net, iter([batch, batch]), first,
+                                   logger=logger)
+  checkpoint = tf.train.Checkpoint(**learner.state)
+  path = checkpoint.save(str(tmp_path / 'initial'))
+  learner.step()  # Traced and run with the first values.
+  checkpoint.restore(path)
+  assert learner.hyperparameters == pytest.approx(dict(
+      learning_rate=1e-3, entropy_cost=0.01, rmsprop_epsilon=1e-5))
+  learner.set_hyperparameters(changed)
+  assert learner.hyperparameters == pytest.approx(changed)
+  learner.step()
+
+  reference_net = _network(first, spec, seed=1)
+  reference_logger = loggers.InMemoryLogger()
+  reference = learning.IMPALALearner(
+      reference_net, iter([batch]), first.replace(**changed),
+      logger=reference_logger)
+  reference.step()
+  for a, b in zip(net.trainable_variables, reference_net.trainable_variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+  for key in ('learning_rate', 'entropy_loss', 'loss', 'grad_norm'):
+    assert logger.data[-1][key] == pytest.approx(
+        reference_logger.data[-1][key], rel=1e-5), key
+  # And it differs from the update with the first values.
+  assert logger.data[0]['learning_rate'] == pytest.approx(1e-3)
+  with pytest.raises(ValueError, match=r"\['discount'\] cannot change"):
+    learner.set_hyperparameters({'discount': 0.9})
+  with pytest.raises(ValueError, match='positive'):
+    learner.set_hyperparameters({'learning_rate': -1.})
 
 
 def test_compile_modes_agree(filled_queue):

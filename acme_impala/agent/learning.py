@@ -47,11 +47,18 @@ from acme_impala.agent import types
 from acme_impala.agent import vtrace
 
 
-def _learning_rate(base: float, step: tf.Tensor,
+# Hyperparameters a running learner can change (`set_hyperparameters`):
+# those IMPALA Appendix F's population-based training adapts.
+MUTABLE_HYPERPARAMETERS = ('learning_rate', 'entropy_cost', 'rmsprop_epsilon')
+
+
+def _learning_rate(base, step: tf.Tensor,
                    anneal_steps: Optional[int]) -> tf.Tensor:
-  """Linear annealing from `base` to 0 over `anneal_steps` (Table G.1)."""
+  """Linear annealing from `base` (a float or a scalar variable) to 0 over
+  `anneal_steps` (Table G.1)."""
+  base = tf.convert_to_tensor(base, tf.float32)
   if anneal_steps is None:
-    return tf.constant(base, tf.float32)
+    return base
   frac = tf.cast(step, tf.float32) / float(anneal_steps)
   return base * tf.maximum(0., 1. - frac)
 
@@ -232,11 +239,17 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
                                   name='num_steps')
     self._lr = tf.Variable(config.learning_rate, dtype=tf.float32,
                            trainable=False, name='learning_rate')
+    # Variables, not constants of the traced step: population-based
+    # training changes them between steps (`set_hyperparameters`).
+    self._hyperparameters = {
+        name: tf.Variable(getattr(config, name), dtype=tf.float32,
+                          trainable=False, name=name)
+        for name in MUTABLE_HYPERPARAMETERS}
     self._optimizer = snt.optimizers.RMSProp(
         learning_rate=self._lr,
         decay=config.rmsprop_decay,
         momentum=config.rmsprop_momentum,
-        epsilon=config.rmsprop_epsilon)
+        epsilon=self._hyperparameters['rmsprop_epsilon'])
     self._variables = network.trainable_variables
     compat.create_rmsprop_slots(self._optimizer, self._variables,
                                 config.rmsprop_initial_mean_square)
@@ -246,7 +259,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     loss_fn = functools.partial(
         losses.impala_loss,
         baseline_cost=config.baseline_cost,
-        entropy_cost=config.entropy_cost,
+        entropy_cost=self._hyperparameters['entropy_cost'],
         clip_rho_threshold=config.clip_rho_threshold,
         clip_c_threshold=config.clip_c_threshold,
         clip_pg_rho_threshold=config.clip_pg_rho_threshold,
@@ -315,8 +328,8 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         tf.cast(data.reward[:-1], tf.float32), cfg.reward_clipping)
     discounts = cfg.discount * raw_discounts
 
-    lr = _learning_rate(cfg.learning_rate, self._num_steps,
-                        cfg.lr_anneal_steps)
+    lr = _learning_rate(self._hyperparameters['learning_rate'],
+                        self._num_steps, cfg.lr_anneal_steps)
     self._lr.assign(lr)
 
     online = tf.cast(online, tf.float32)  # [B]
@@ -508,6 +521,30 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     return [groups[n]() for n in names]
 
   @property
+  def hyperparameters(self) -> Dict[str, float]:
+    """The current values of MUTABLE_HYPERPARAMETERS (the learning rate
+    before annealing)."""
+    return {name: float(v.numpy())
+            for name, v in self._hyperparameters.items()}
+
+  def set_hyperparameters(self, values: Mapping[str, float]) -> None:
+    """Sets some of MUTABLE_HYPERPARAMETERS from the next step on (the
+    learning rate's annealing schedule scales the new value); ValueError
+    naming any other name or a value that is not positive."""
+    unknown = sorted(set(values) - set(self._hyperparameters))
+    if unknown:
+      raise ValueError(f'set_hyperparameters: {unknown} cannot change; '
+                       f'expected some of {list(MUTABLE_HYPERPARAMETERS)}.')
+    bad = {k: v for k, v in values.items()
+           if not (isinstance(v, (int, float)) and v > 0 and
+                   np.isfinite(v))}
+    if bad:
+      raise ValueError(f'set_hyperparameters: {bad}: expected positive '
+                       'finite numbers.')
+    for name, value in values.items():
+      self._hyperparameters[name].assign(value)
+
+  @property
   def walk_states(self):
     """'recompute': the LSTM state each replayed row carries into its next
     trajectory, a nest of [R, ...] arrays (None otherwise)."""
@@ -531,4 +568,8 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         'network': self._network,
         'optimizer': self._optimizer,
         'num_steps': self._num_steps,
+        # Checkpointed so that a restarted learner keeps values PBT set.
+        # A checkpoint written before they existed restores without them
+        # (the config's values).
+        'hyperparameters': self._hyperparameters,
     }
