@@ -499,7 +499,8 @@ def test_sweep_agents_get_their_own_seed_streams(tmp_path):
               for j in range(builder.config.envs_per_actor)]
       seeds += envs + [nodes.node_seed(builder.config, options, 2, actor_id)]
     evaluator = program.groups[f'agent_{i}_evaluator'][0]
-    builder, _, _, options = evaluator._args  # pylint: disable=protected-access
+    builder, _, _, options, task = evaluator._args  # pylint: disable=protected-access
+    assert task == builder.config.env_id  # One task: the evaluator's.
     seeds += [nodes.node_seed(builder.config, options, 3, j)
               for j in range(options.eval_episodes)]
     seeds.append(nodes.node_seed(builder.config, options, 4))
