@@ -28,9 +28,7 @@ from the runs present.
 import csv
 import json
 import os
-import subprocess
 import sys
-import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,13 +37,13 @@ from absl import flags
 import numpy as np
 import provenance  # pylint: disable=g-import-not-at-top
 
+from acme_impala.envs import minatar as minatar_env  # pylint: disable=g-import-not-at-top
 from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
+import program_runs  # pylint: disable=g-import-not-at-top
 
 GAMES = ('Breakout', 'SpaceInvaders', 'Asterix', 'Freeway', 'Seaquest')
-# Young and Tian 2019 (kenjyoung/MinAtar), actor-critic AC(lambda=0.8): the
-# average return of the last 100 training episodes at 5M frames, 30 runs.
-AC_LAMBDA_5M = {'Breakout': 17.5, 'SpaceInvaders': 185., 'Asterix': 19.,
-                'Freeway': 47., 'Seaquest': 15.}
+# Young and Tian 2019's AC(lambda) at 5M frames (envs/minatar.py).
+AC_LAMBDA_5M = minatar_env.AC_LAMBDA_5M
 TRAIN_WINDOW = 100  # Training episodes per point, as the MinAtar paper.
 EVAL_WINDOW = 10  # Evaluator episodes per point (one evaluation round).
 
@@ -71,7 +69,7 @@ flags.DEFINE_string('baseline_logroot', None,
                     "(LASER's data efficiency).")
 FLAGS = flags.FLAGS
 
-_DONE = 'benchmark_run.json'
+_DONE = program_runs.DONE
 
 
 def _logdir(game, seed):
@@ -81,34 +79,15 @@ def _logdir(game, seed):
 def run(game, seed):
   """One program run to its budget (or the record of an earlier one)."""
   logdir = _logdir(game, seed)
-  done = os.path.join(logdir, _DONE)
-  if os.path.exists(done):
-    with open(done) as f:
-      return json.load(f)
-  if os.path.exists(logdir):
-    raise SystemExit(f'{logdir} holds an unfinished run; remove it (or '
-                     'resume it by hand with --restore) first.')
   cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
          '--lp_launch_type=local_mp', '--config=minatar',
          f'--config.env_id=MinAtar/{game}-v1', f'--seed={seed}',
          f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
          '--progress_interval_s=60'] + list(FLAGS.program_flags)
-  print(f'minatar.py: {game} seed {seed}: {" ".join(cmd[1:])}', flush=True)
-  # The code the run starts with: the tree may change while it runs.
-  commit = provenance.git_commit()
-  start = time.time()
-  code = subprocess.call(cmd)
-  record = dict(game=game, seed=seed, exit=code,
-                wall_seconds=time.time() - start,
-                max_actor_steps=FLAGS.max_actor_steps,
-                program_flags=list(FLAGS.program_flags),
-                commit=commit, cpu=provenance.cpu())
-  if code != 0:
-    raise SystemExit(f'minatar.py: {game} seed {seed} exited {code}; see '
-                     f'{logdir}/nodes/.')
-  with open(done, 'w') as f:
-    json.dump(record, f, indent=1)
-  return record
+  return program_runs.run_once(
+      f'minatar.py: {game} seed {seed}', cmd, logdir, game=game, seed=seed,
+      max_actor_steps=FLAGS.max_actor_steps,
+      program_flags=list(FLAGS.program_flags))
 
 
 def _train_curve(logdir):

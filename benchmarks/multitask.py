@@ -30,9 +30,7 @@ paper's AC(lambda) at 5M 1). Writes under `--outdir`:
 import csv
 import json
 import os
-import subprocess
 import sys
-import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,6 +42,7 @@ import provenance  # pylint: disable=g-import-not-at-top
 from acme_impala.envs import minatar  # pylint: disable=g-import-not-at-top
 from acme_impala.envs import multitask
 from acme_impala.launch import curves
+import program_runs  # pylint: disable=g-import-not-at-top
 
 SUITE = 'minatar5'
 TRAIN_WINDOW = 100  # Training episodes per mean, as benchmarks/minatar.py.
@@ -71,7 +70,7 @@ flags.DEFINE_bool('summarize_only', False,
                   'Run nothing; summarise the runs under --logroot.')
 FLAGS = flags.FLAGS
 
-_DONE = 'benchmark_run.json'
+_DONE = program_runs.DONE
 
 
 def _logdir(seed):
@@ -81,34 +80,16 @@ def _logdir(seed):
 def run(seed):
   """One multi-task run to its budget (or the record of an earlier one)."""
   logdir = _logdir(seed)
-  done = os.path.join(logdir, _DONE)
-  if os.path.exists(done):
-    with open(done) as f:
-      return json.load(f)
-  if os.path.exists(logdir):
-    raise SystemExit(f'{logdir} holds an unfinished run; remove it (or '
-                     'resume it by hand with --restore) first.')
   cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
          '--lp_launch_type=local_mp', '--config=minatar',
          f'--config.env_ids={SUITE}', f'--num_actors={FLAGS.num_actors}',
          f'--seed={seed}', f'--max_actor_steps={FLAGS.max_actor_steps}',
          f'--logdir={logdir}', '--progress_interval_s=60'
          ] + list(FLAGS.program_flags)
-  print(f'multitask.py: seed {seed}: {" ".join(cmd[1:])}', flush=True)
-  commit = provenance.git_commit()  # The code the run starts with.
-  start = time.time()
-  code = subprocess.call(cmd)
-  if code != 0:
-    raise SystemExit(f'multitask.py: seed {seed} exited {code}; see '
-                     f'{logdir}/nodes/.')
-  record = dict(seed=seed, exit=code, wall_seconds=time.time() - start,
-                max_actor_steps=FLAGS.max_actor_steps,
-                num_actors=FLAGS.num_actors,
-                program_flags=list(FLAGS.program_flags), commit=commit,
-                cpu=provenance.cpu())
-  with open(done, 'w') as f:
-    json.dump(record, f, indent=1)
-  return record
+  return program_runs.run_once(
+      f'multitask.py: seed {seed}', cmd, logdir, seed=seed,
+      max_actor_steps=FLAGS.max_actor_steps, num_actors=FLAGS.num_actors,
+      program_flags=list(FLAGS.program_flags))
 
 
 def multitask_curves(logdir):

@@ -309,11 +309,11 @@ def read_run(logdir: str, agent: Optional[int] = None) -> Curves:
 
   source, episode_steps, episode_returns = _episodes(logs)
   window = RETURN_WINDOW if source == 'evaluator' else ACTOR_RETURN_WINDOW
-  if run_tasks(logdir):
+  tasks = task_episodes(logdir, agent)
+  if tasks:
     # A multi-task run's episode curve is its suite score, each point
     # already a mean over every task's last RETURN_WINDOW episodes.
-    episode_steps, episode_returns = suite_score_curve(
-        task_episodes(logdir, agent))
+    episode_steps, episode_returns = suite_score_curve(tasks)
     source, window = ('suite' if len(episode_steps) else ''), 1
   learner = read_csv(os.path.join(logs, 'learner', 'logs.csv'))
   if 'actor_steps' not in learner:
