@@ -42,7 +42,9 @@ SMALL = {
     # Enough steps for the 4 learner log rows (1 s apart) a setting's row
     # needs: 8k steps of 1 x 32 CartPole gave 3 in CI; an Atari learner's
     # first step compiles for 20-30 s.
-    'benchmarks/throughput.py': dict(steps_per_run=20000, acme_seconds=3,
+    # 40k: on an AMD EPYC with AVX-512, EnvPool's 1 x 32 spent 20k steps
+    # with 3 learner rows logged (the script needs 4).
+    'benchmarks/throughput.py': dict(steps_per_run=40000, acme_seconds=3,
                                      actor_seconds=1),
     # Its own budget (20k steps) is what its first learner step needs.
     'benchmarks/startup.py': dict(repeats=1, methods='fork'),
@@ -86,6 +88,13 @@ SMALL = {
         seeds='0', max_actor_steps=3000, num_actors=5,
         program_flags='--noevaluator,--config.envs_per_actor=4',
         logroot=f'{_T}/multitask', outdir=f'{_T}/multitask_out'),
+    # The condition with every part (shared replay, PBT); the others run
+    # the same program with fewer flags. Evolutions every 2 learner steps.
+    'benchmarks/pbt.py': dict(
+        seeds='0', conditions='shared_pbt', max_actor_steps=3000,
+        pbt_interval_steps=2,
+        program_flags='--config.envs_per_actor=4,--eval_episodes=2',
+        logroot=f'{_T}/pbt', outdir=f'{_T}/pbt_out'),
     'benchmarks/reverb_capacity.py': dict(seconds=0.5, writers=1,
                                           configs='cartpole'),
 }
