@@ -81,7 +81,7 @@ def _checked_inputs(overrides):
   attempt = FLAGS.attempt or time.strftime('a%Y%m%d-%H%M%S', time.gmtime())
   if not naming.is_dns_label(attempt):
     raise ValueError(f'--attempt={attempt!r}: expected a DNS label.')
-  program_flags.make_configs(overrides)
+  program_flags.checked_configs(overrides)
   resources = manifests.validate_resources(_load_resources())
   return logdir, attempt, resources
 

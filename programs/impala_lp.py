@@ -39,9 +39,10 @@ program_flags.define()
 
 def check_before_launchpad(overrides):
   """What `main` checks first, done before Launchpad and TensorFlow load:
-  the restart limits, the configs' values and the logdir."""
+  the restart limits, the configs' values, PBT's settings and the
+  logdir."""
   lifecycle.parse_restart_policies(FLAGS.restarts)
-  program_flags.make_configs(overrides)
+  program_flags.checked_configs(overrides)
   run_record.check_logdir(FLAGS.logdir or program_flags.default_logdir())
 
 

@@ -211,6 +211,36 @@ def test_render_atari_256_actors(atari_256):
   assert pvc['spec']['storageClassName'] == 'standard-rwx'
 
 
+def test_render_a_pbt_sweep_has_the_controller_group(tmp_path):
+  """Issue 39: a sweep with PBT renders its controller as one more group
+  (one pod, its flags forwarded so that the pod rebuilds the same graph)."""
+  result = _render(tmp_path, '--learning_rates=1e-3,2e-3,4e-3,8e-3',
+                   '--pbt_interval_steps=500', '--num_actors=2')
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp_path / 't1.yaml') as f:
+    objects = list(yaml.safe_load_all(f))
+  jobs = {o['metadata']['name']: o for o in objects if o['kind'] == 'Job'}
+  assert 't1-pbt' in jobs and 't1-pbt' in {
+      o['metadata']['name'] for o in objects if o['kind'] == 'Service'}
+  spec = jobs['t1-pbt']['spec']
+  assert spec['completions'] == spec['parallelism'] == 1
+  assert spec['template']['metadata']['labels'][manifests.GROUP_LABEL] == (
+      'pbt')
+  command = spec['template']['spec']['containers'][0]['command']
+  assert '--pbt_interval_steps=500' in command
+  assert '--pbt_burn_in_steps=500' in command
+  assert '--learning_rates=1e-3,2e-3,4e-3,8e-3' in command
+  sizes = {'replay': 1, 'coordinator': 1, 'pbt': 1}
+  for i in range(4):
+    sizes.update({f'agent_{i}_counter': 1, f'agent_{i}_learner': 1,
+                  f'agent_{i}_actor': 2, f'agent_{i}_evaluator': 1})
+  assert manifests.schema_errors(objects) == []
+  assert manifests.lint(objects, sizes, 30) == []
+  # The controller's resources are the bookkeeping roles' defaults.
+  assert spec['template']['spec']['containers'][0]['resources'] == (
+      manifests.DEFAULT_RESOURCES['coordinator'])
+
+
 def _mutations():
   def job(objects, name='t1-learner'):
     return next(o for o in objects if o['kind'] == 'Job' and

@@ -165,6 +165,61 @@ def test_hyperparameters_set_after_tracing_act_as_if_built_with_them(
     learner.set_hyperparameters({'learning_rate': -1.})
 
 
+def test_training_state_copy_makes_the_target_continue_as_the_source(
+    filled_queue):
+  """PBT's exploit (issue 39): a learner given another's training state
+  holds exactly its weights, RMSProp slots and hyperparameters (checked
+  after the copy, array by array and by the digest the copy returns), keeps
+  its own step count, and then makes exactly the source's next update."""
+  server, spec, config = filled_queue
+  batches = _batches(server, 3)
+  source_config = config.replace(learning_rate=2e-3, entropy_cost=0.02)
+  target_config = config.replace(learning_rate=5e-4, entropy_cost=0.005,
+                                 rmsprop_epsilon=1e-3)
+  source_net = _network(source_config, spec, seed=1)
+  target_net = _network(target_config, spec, seed=2)
+  source = learning.IMPALALearner(
+      source_net, iter([batches[0], batches[0], batches[2]]), source_config,
+      logger=loggers.NoOpLogger())
+  target = learning.IMPALALearner(
+      target_net, iter([batches[1], batches[2]]), target_config,
+      logger=loggers.NoOpLogger())
+  source.step()
+  source.step()
+  target.step()
+  assert source.training_state_digest() != target.training_state_digest()
+  state = source.get_training_state()
+  # [weights], [mean squares, momenta] of the network's variables.
+  assert len(state['optimizer']) == 2 * len(source_net.trainable_variables)
+  n = len(source_net.trainable_variables)
+  assert all(np.any(ms != source_config.rmsprop_initial_mean_square)
+             for ms in state['optimizer'][:n])  # The mean squares moved.
+
+  digest = target.set_training_state(state)
+
+  assert digest == state['digest'] == source.training_state_digest()
+  for a, b in zip(source_net.variables, target_net.variables):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  for group in ('ms', 'mom'):
+    for a, b in zip(getattr(source._optimizer, group),  # pylint: disable=protected-access
+                    getattr(target._optimizer, group)):  # pylint: disable=protected-access
+      np.testing.assert_array_equal(a.numpy(), b.numpy())
+  assert target.hyperparameters == source.hyperparameters
+  assert (source.num_steps, target.num_steps) == (2, 1)
+  source.step()
+  target.step()
+  for a, b in zip(source_net.trainable_variables,
+                  target_net.trainable_variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-8)
+
+  bad = dict(state, network=state['network'][:-1])
+  with pytest.raises(ValueError, match='network arrays'):
+    target.set_training_state(bad)
+  wrong = dict(state, optimizer=[np.zeros((3, 3))] + state['optimizer'][1:])
+  with pytest.raises(ValueError, match=r'shape \(3, 3\)'):
+    target.set_training_state(wrong)
+
+
 def test_compile_modes_agree(filled_queue):
   """XLA must not change the maths: one update from the same weights and
   batch gives the same new weights in every compile mode."""

@@ -67,6 +67,14 @@ _K8S = ['render', '--run_name=t1', '--image=img:1', '--output=/nonexistent']
     ('impala_lp.py', ['--lp_termination_notice_secs', '5', '--bogus'],
      "Unknown command line flag 'bogus'"),
     ('laser_sweep_lp.py', ['--learning_rates=x'], "'x'"),
+    # PBT needs a population and its evaluators (issue 39).
+    ('impala_lp.py', ['--pbt_interval_steps=100'], 'needs a population'),
+    ('laser_sweep_lp.py', ['--pbt_interval_steps=100', '--noevaluator'],
+     'noevaluator'),
+    ('laser_sweep_lp.py', ['--pbt_interval_steps=-1'],
+     'flag --pbt_interval_steps=-1'),
+    ('impala_k8s.py', _K8S + ['--pbt_interval_steps=100'],
+     'needs a population'),
     ('evaluate.py', ['--episodes=0'], '--episodes=0'),
     ('evaluate.py', ['--logdir=/nonexistent'], "--logdir='/nonexistent'"),
     # evaluate.py is no Launchpad program and takes no --config.<field>.

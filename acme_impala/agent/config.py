@@ -433,12 +433,16 @@ def sweep_configs(base: IMPALAConfig,
           for lr in learning_rates for ec in entropy_costs]
 
 
-def validate_sweep(configs: Sequence[IMPALAConfig]) -> None:
-  """A LASER sweep needs replay in every agent (see also prepare_run)."""
+def validate_sweep(configs: Sequence[IMPALAConfig],
+                   share_replay: bool = True) -> None:
+  """A sweep sharing one replay needs replay in every agent (see also
+  prepare_run); agents that do not share may go without (IMPALA agents,
+  e.g. a PBT population as IMPALA's Appendix F runs it)."""
   if len(configs) < 1:
     raise ValueError('A sweep needs at least one agent config.')
   for i, config in enumerate(configs):
-    if config.replay_fraction == 0:
+    if share_replay and config.replay_fraction == 0:
       raise ValueError(
-          f'agent_{i}: replay_fraction=0 uses no replay; a LASER sweep needs '
-          'replay_fraction in (0, 1].')
+          f'agent_{i}: replay_fraction=0 uses no replay; a sweep sharing '
+          'one replay needs replay_fraction in (0, 1] (--noshare_replay '
+          'runs agents without replay).')

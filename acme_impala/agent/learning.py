@@ -24,6 +24,7 @@ online.
 """
 
 import functools
+import hashlib
 import time
 from typing import Dict, List, Mapping, Optional
 
@@ -41,6 +42,7 @@ import tree
 from acme_impala.agent import compat
 from acme_impala.agent import config as config_lib
 from acme_impala.agent import losses
+from acme_impala.agent import networks
 from acme_impala.agent import tf_calls
 from acme_impala.agent import trust_region
 from acme_impala.agent import types
@@ -543,6 +545,56 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
                        'finite numbers.')
     for name, value in values.items():
       self._hyperparameters[name].assign(value)
+
+  def _copied_variables(self):
+    """What PBT's exploit copies, in a fixed order: the network's variables
+    and RMSProp's slots (mean square, momentum; the mean gradient when
+    centred). Not the step count (each learner keeps its own budget) nor
+    LASER's walk states (they follow this learner's replay rows)."""
+    optimizer = self._optimizer
+    return (list(self._network.variables),
+            list(optimizer.ms) + list(optimizer.mom) + list(optimizer.mg))
+
+  def get_training_state(self) -> Dict[str, object]:
+    """What another learner needs to continue as this one (PBT's exploit):
+    {'network': [arrays], 'optimizer': [arrays], 'hyperparameters':
+    {name: value}, 'digest': fingerprint of both lists}."""
+    network, slots = self._copied_variables()
+    return {'network': tf2_utils.to_numpy(network),
+            'optimizer': tf2_utils.to_numpy(slots),
+            'hyperparameters': self.hyperparameters,
+            'digest': self.training_state_digest()}
+
+  def set_training_state(self, state: Mapping[str, object]) -> str:
+    """Takes another learner's `get_training_state()` (weights, optimiser
+    slots, hyperparameters) from the next step on; returns this learner's
+    digest read back after the copy, equal to `state['digest']` when the
+    copy is exact. ValueError naming what does not fit."""
+    network, slots = self._copied_variables()
+    for key, variables in (('network', network), ('optimizer', slots)):
+      values = state[key]
+      if len(values) != len(variables):
+        raise ValueError(f'set_training_state: {len(values)} {key} arrays '
+                         f'for this learner\'s {len(variables)}.')
+      for variable, value in zip(variables, values):
+        if tuple(np.shape(value)) != tuple(variable.shape):
+          raise ValueError(
+              f'set_training_state: {key} array of shape {np.shape(value)} '
+              f'for {variable.name} of shape {tuple(variable.shape)}.')
+    for variable, value in zip(network + slots,
+                               list(state['network']) +
+                               list(state['optimizer'])):
+      variable.assign(value)
+    self.set_hyperparameters(state['hyperparameters'])
+    return self.training_state_digest()
+
+  def training_state_digest(self) -> str:
+    """Fingerprint of the weights and optimiser slots PBT copies."""
+    network, slots = self._copied_variables()
+    return hashlib.sha256(
+        (networks.weights_digest(network) +
+         networks.weights_digest(slots)).encode()
+    ).hexdigest()[:16]
 
   @property
   def walk_states(self):

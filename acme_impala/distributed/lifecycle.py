@@ -47,7 +47,8 @@ _CONSTRUCT_SUFFIX = ':construct'
 # The roles of a program's nodes: its Launchpad group names, which a sweep
 # prefixes with `agent_<i>_`. Restart policies (supervisor) and Kubernetes
 # resources (launch/k8s/manifests) are given per role.
-ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator')
+ROLES = ('replay', 'counter', 'learner', 'actor', 'evaluator', 'coordinator',
+         'pbt')
 
 
 def role_of(group: str) -> str:

@@ -14,10 +14,15 @@ stops within seconds of the budget, a signal or a failure (lifecycle.py),
 with a final checkpoint. `options` is the agent's `program.RunOptions`.
 """
 
+import collections
+import contextlib
+import csv
+import io
 import json
 import os
+import threading
 import time
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import acme
 from acme.tf import savers as tf2_savers
@@ -35,6 +40,7 @@ from acme_impala.agent import loops
 from acme_impala.agent import networks as networks_lib
 from acme_impala.distributed import lifecycle
 from acme_impala.distributed import loggers as loggers_lib
+from acme_impala.distributed import pbt
 from acme_impala.envs import batched
 from acme_impala.envs import multitask
 from acme_impala.envs import registry
@@ -42,6 +48,11 @@ from acme_impala.envs import registry
 # Roles in seed derivation: each (agent, role, index) has its own stream.
 (_ACTOR_ENV, _ACTOR_POLICY, _EVAL_ENV, _EVAL_POLICY,
  _LEARNER_INIT) = 1, 2, 3, 4, 5
+# Seconds a PBT call waits for the learner's step to end (the courier
+# client's timeout, program.LEARNER_CLIENT_KWARGS, is 5 s).
+PBT_LOCK_TIMEOUT_S = 4.
+# Evaluation rounds an evaluator keeps for PBT's fitness (`recent_rounds`).
+RECENT_ROUNDS = 10
 
 
 def derive_seed(*parts: int) -> int:
@@ -317,8 +328,17 @@ class LearnerNode:
     logging.info('learner: initial weights %s (init seed %d).',
                  networks_lib.weights_digest(network.trainable_variables),
                  init_seed)
-    iterator = builder.make_dataset_iterator(
-        replay.server_address, should_stop=lifecycle.stop_requested)
+    # Held by each step and by PBT's calls, which read or replace the whole
+    # training state: never half of one step's update. The step lets go of
+    # it while it waits for data (`_UnlockedWhileWaiting`), and a waiting
+    # call is let in between steps (`_let_calls_in`): a learner that waits
+    # for data most of the time, or never does, still answers them.
+    self._lock = threading.Lock()
+    self._calls_waiting = 0
+    self._calls_mutex = threading.Lock()
+    iterator = _UnlockedWhileWaiting(builder.make_dataset_iterator(
+        replay.server_address, should_stop=lifecycle.stop_requested),
+                                     self._lock)
     self._learner = builder.make_learner(
         network, iterator,
         counter=counting.Counter(
@@ -339,13 +359,79 @@ class LearnerNode:
   def get_variables(self, names):
     return self._learner.get_variables(names)
 
+  # -- PBT's calls (the controller node, distributed/pbt.py). ---------------
+
+  @contextlib.contextmanager
+  def _locked(self, what: str):
+    # Below the courier client's call timeout: a learner busy for longer
+    # answers "busy", and the controller asks again later.
+    with self._calls_mutex:
+      self._calls_waiting += 1
+    try:
+      if not self._lock.acquire(timeout=PBT_LOCK_TIMEOUT_S):
+        raise TimeoutError(f'{self._options.label("learner")}: busy with a '
+                           f'step for {PBT_LOCK_TIMEOUT_S:g} s; {what} not '
+                           'done.')
+      try:
+        yield
+      finally:
+        self._lock.release()
+    finally:
+      with self._calls_mutex:
+        self._calls_waiting -= 1
+
+  def _let_calls_in(self) -> None:
+    """Between steps: waits (up to the calls' own timeout) while a PBT call
+    is waiting for the lock, which Python's lock would otherwise hand back
+    to this loop first."""
+    deadline = time.time() + PBT_LOCK_TIMEOUT_S
+    while self._calls_waiting and time.time() < deadline:
+      time.sleep(0.001)
+
+  def pbt_status(self):
+    """{'learner_steps', 'hyperparameters'}: what the controller ranks
+    and perturbs (read without waiting for a step: each value is one
+    variable's)."""
+    return {'learner_steps': self._learner.num_steps,
+            'hyperparameters': self._learner.hyperparameters}
+
+  def get_training_state(self):
+    """The learner's `get_training_state()`, its arrays packed
+    (`pack_arrays`) for another learner's `set_training_state`."""
+    with self._locked('get_training_state'):
+      state = self._learner.get_training_state()
+    return dict(state, network=pack_arrays(state['network']),
+                optimizer=pack_arrays(state['optimizer']))
+
+  def set_training_state(self, state):
+    """The copy of PBT's exploit (a packed `get_training_state`); returns
+    the digest read back after it."""
+    state = dict(state, network=unpack_arrays(state['network']),
+                 optimizer=unpack_arrays(state['optimizer']))
+    with self._locked('set_training_state'):
+      digest = self._learner.set_training_state(state)
+    logging.info('learner: took a copied training state (digest %s, %s).',
+                 digest, 'as sent' if digest == state.get('digest') else
+                 f'NOT the {state.get("digest")} sent')
+    return digest
+
+  def set_hyperparameters(self, values):
+    """PBT's explore; returns the values now in force."""
+    with self._locked('set_hyperparameters'):
+      self._learner.set_hyperparameters(values)
+      now = self._learner.hyperparameters
+    logging.info('learner: hyperparameters now %s.', now)
+    return now
+
   def run(self):
     def loop():
       first = True
       try:
         while not lp.wait_for_stop(0):
+          self._let_calls_in()
           try:
-            self._learner.step()
+            with self._lock:
+              self._learner.step()
           except StopIteration:
             break  # The program is stopping (datasets.BackgroundIterator).
           if first:
@@ -353,13 +439,51 @@ class LearnerNode:
             logging.info('learner: first step done (learner step %d).',
                          self._learner.num_steps)
             first = False
-          self._checkpointer.save()
+          with self._lock:  # A whole copy or none in a checkpoint.
+            self._checkpointer.save()
       finally:
-        self._checkpointer.save(force=True)
+        with self._lock:
+          self._checkpointer.save(force=True)
         logging.info('learner: checkpointed at learner step %d.',
                      self._learner.num_steps)
     lifecycle.run_guarded(self._options.label('learner'),
                           self._options.status_dir, loop)
+
+
+def pack_arrays(arrays: Sequence[np.ndarray]) -> bytes:
+  """Arrays as one .npz blob. Courier 0.5.2 returns numpy arrays but
+  cannot take them as call arguments (the call never reaches the server's
+  handler and ends in Deadline Exceeded; tested with a bare array), so
+  PBT's copy travels as bytes."""
+  buffer = io.BytesIO()
+  np.savez(buffer, *arrays)
+  return buffer.getvalue()
+
+
+def unpack_arrays(blob: bytes) -> List[np.ndarray]:
+  """`pack_arrays`' arrays, in order; never unpickles."""
+  with np.load(io.BytesIO(blob), allow_pickle=False) as loaded:
+    return [loaded[f'arr_{i}'] for i in range(len(loaded.files))]
+
+
+class _UnlockedWhileWaiting:
+  """The learner's iterator, letting go of `lock` (held by the step that
+  calls it) while it waits for the next batch: the batch is read before the
+  step touches any variable, so a PBT call may run in that wait."""
+
+  def __init__(self, iterator, lock: threading.Lock):
+    self._iterator = iterator
+    self._lock = lock
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    self._lock.release()
+    try:
+      return next(self._iterator)
+    finally:
+      self._lock.acquire()
 
 
 class ActorNode:
@@ -463,17 +587,29 @@ class EvaluatorNode:
     self._logger = loggers_lib.make_logger(
         self._label, options.logdir, steps_key='actor_steps',
         terminal_time_delta=0.0)
+    self._task = task
+    self._rounds = collections.deque(maxlen=RECENT_ROUNDS)
+
+  def recent_rounds(self):
+    """The last rounds, oldest first, for PBT's fitness: each
+    {'task', 'start_time' (when its weights were fetched, time.time()),
+    'mean_return', 'episodes'}."""
+    return list(self._rounds)
 
   def run(self):
     def loop():
       try:
         while not lp.wait_for_stop(0):
+          start = time.time()
           if not wait_for_variables(self._actor, self._label):
             break
           rows = loops.evaluation_episodes(
               self._env, self._actor, should_stop=lambda: lp.wait_for_stop(0))
           if rows is None:
             break
+          self._rounds.append(dict(
+              task=self._task, start_time=start, episodes=len(rows),
+              mean_return=float(np.mean([r['episode_return'] for r in rows]))))
           counts = self._counter.get_counts()
           for row in rows:
             row['actor_steps'] = counts.get('actor_steps', 0)
@@ -526,3 +662,153 @@ class CoordinatorNode:
           lifecycle.stop_program(self._status_dir, reason)
           return
     lifecycle.run_guarded('coordinator', self._status_dir, loop)
+
+
+# The columns of <logdir>/pbt/events.csv, one row per exploit or explore.
+PBT_EVENT_COLUMNS = ('time', 'learner_step', 'agent', 'action',
+                     'source_agent', 'fitness', 'source_fitness') + tuple(
+                         pbt.HYPERPARAMETERS)
+
+
+class PBTControllerNode:
+  """Population-based training over a sweep's agents (IMPALA Appendix F).
+
+  Every `poll_s` it reads each learner's step; an agent past the burn-in
+  with `interval_steps` learner steps since its last evolution is due
+  (`pbt.due`). For it, every agent's fitness is read from its evaluators
+  (`pbt.recent_return` of the rounds that fetched weights after the agent's
+  last copy, `pbt.fitness`), and `pbt.evolve` decides: a copy of a better
+  agent's weights, RMSProp slots and hyperparameters (exploit; the copy's
+  digest is read back and must equal the source's) and then a perturbation
+  of the hyperparameters (explore). Each is a row of `<logdir>/pbt/
+  events.csv` (PBT_EVENT_COLUMNS).
+
+  Its state (generator, each agent's last evolution and copy) is JSON in
+  `<logdir>/checkpoints/pbt/state.json`, written after each evolution: a
+  restarted controller, or a restored run, goes on from it.
+  """
+
+  def __init__(self, learners: Sequence, evaluators: Sequence[Sequence],
+               agents: Sequence[str], tasks: Sequence[str],
+               interval_steps: int, burn_in_steps: int, seed: int,
+               logdir: str, status_dir: str, poll_s: float = 2.,
+               window: int = 3):
+    self._agents = list(agents)
+    # A learner or evaluator away (restarting) or busy is asked again until
+    # it answers or the program stops; every call here can be repeated.
+    self._learners = [lifecycle.Retrying(c, f'pbt -> {a}/learner')
+                      for c, a in zip(learners, self._agents)]
+    self._evaluators = [
+        [lifecycle.Retrying(c, f'pbt -> {a}/evaluator') for c in e]
+        for e, a in zip(evaluators, self._agents)]
+    self._tasks = list(tasks)
+    self._interval = interval_steps
+    self._burn_in = burn_in_steps
+    self._logdir = logdir
+    self._status_dir = status_dir
+    self._poll_s = poll_s
+    self._window = window
+    self._events_path = os.path.join(logdir, 'pbt', 'events.csv')
+    self._state_path = os.path.join(logdir, 'checkpoints', 'pbt',
+                                    'state.json')
+    self._rng = np.random.default_rng(seed)
+    n = len(self._learners)
+    self._last_evolved = [0] * n
+    self._copied_at = [0.] * n
+    self._evolutions = 0
+    self._load()
+
+  def _load(self) -> None:
+    try:
+      with open(self._state_path) as f:
+        state = json.load(f)
+    except FileNotFoundError:
+      return
+    except (OSError, ValueError) as error:
+      raise ValueError(f'pbt: its checkpoint {self._state_path} cannot be '
+                       f'read: {error}') from None
+    if len(state['last_evolved']) != len(self._learners):
+      raise ValueError(
+          f'pbt: {self._state_path} is of {len(state["last_evolved"])} '
+          f'agents; this run has {len(self._learners)}.')
+    self._rng.bit_generator.state = state['rng']
+    self._last_evolved = [int(s) for s in state['last_evolved']]
+    self._copied_at = [float(t) for t in state['copied_at']]
+    self._evolutions = int(state['evolutions'])
+    logging.info('pbt: resumed from %s: %d evolutions so far, last at '
+                 'learner steps %s.', self._state_path, self._evolutions,
+                 self._last_evolved)
+
+  def _save(self) -> None:
+    os.makedirs(os.path.dirname(self._state_path), exist_ok=True)
+    with open(self._state_path + '.tmp', 'w') as f:
+      json.dump({'rng': self._rng.bit_generator.state,
+                 'last_evolved': self._last_evolved,
+                 'copied_at': self._copied_at,
+                 'evolutions': self._evolutions}, f)
+    os.replace(self._state_path + '.tmp', self._state_path)
+
+  def _write_event(self, **row) -> None:
+    os.makedirs(os.path.dirname(self._events_path), exist_ok=True)
+    new = not os.path.exists(self._events_path)
+    with open(self._events_path, 'a', newline='') as f:
+      writer = csv.DictWriter(f, PBT_EVENT_COLUMNS)
+      if new:
+        writer.writeheader()
+      writer.writerow({k: row.get(k, '') for k in PBT_EVENT_COLUMNS})
+
+  def _fitness(self, agent: int) -> float:
+    returns = {}
+    for task, evaluator in zip(self._tasks, self._evaluators[agent]):
+      returns[task] = pbt.recent_return(evaluator.recent_rounds(),
+                                        self._copied_at[agent], self._window)
+    return pbt.fitness(returns)
+
+  def _evolve(self, agent: int, steps: Sequence[int],
+              fitness: List[float], hyperparameters: List[Dict[str, float]]
+              ) -> None:
+    decision = pbt.evolve(agent, fitness, hyperparameters, self._rng,
+                          pbt.copy_margin(self._tasks, fitness[agent]))
+    name, source = self._agents[agent], decision.source
+    common = dict(learner_step=steps[agent], agent=name)
+    if source is not None:
+      state = self._learners[source].get_training_state()
+      digest = self._learners[agent].set_training_state(state)
+      if digest != state['digest']:
+        raise RuntimeError(
+            f'pbt: the copy of {self._agents[source]} into {name} is not '
+            f'exact (digest {digest}, sent {state["digest"]}).')
+      self._copied_at[agent] = time.time()
+      self._write_event(time=time.time(), action='exploit',
+                        source_agent=self._agents[source],
+                        fitness=fitness[agent], source_fitness=fitness[source],
+                        **common, **state['hyperparameters'])
+      logging.info('pbt: %s (fitness %.3f) copied %s (fitness %.3f) at its '
+                   'learner step %d.', name, fitness[agent],
+                   self._agents[source], fitness[source], steps[agent])
+      fitness[agent] = fitness[source]
+    now = self._learners[agent].set_hyperparameters(decision.hyperparameters)
+    hyperparameters[agent] = now
+    self._write_event(time=time.time(), action='explore',
+                      fitness=fitness[agent], **common, **now)
+    logging.info('pbt: %s explores %s.', name, now)
+    self._last_evolved[agent] = steps[agent]
+    self._evolutions += 1
+    self._save()
+
+  def _poll(self) -> None:
+    statuses = [learner.pbt_status() for learner in self._learners]
+    steps = [s['learner_steps'] for s in statuses]
+    due = pbt.due(steps, self._last_evolved, self._interval, self._burn_in)
+    if not due:
+      return
+    hyperparameters = [s['hyperparameters'] for s in statuses]
+    fitness = [self._fitness(i) for i in range(len(self._learners))]
+    for agent in due:
+      self._evolve(agent, steps, fitness, hyperparameters)
+
+  def run(self):
+    def loop():
+      while not lp.wait_for_stop(self._poll_s):
+        self._poll()
+    lifecycle.run_guarded('pbt', self._status_dir, loop)

@@ -11,15 +11,23 @@ Appendix F's rule, for the instance that is due to evolve:
     probability by multiplying with either 1.2 or 1/1.2" (`explore`);
   * after a "burn-in" period in which no evolution is done.
 
-The fitness is the mean capped normalised score (`envs.multitask`), so the
-5 % margin is absolute on a 0-1 scale. The node that applies these
-decisions to learners is not built yet (issue 39 item 2).
+The fitness (`fitness`) is Appendix F's mean capped normalised score for a
+multi-task agent (`envs.multitask`), so the 5 % margin is absolute on a 0-1
+scale; for one task it is the score normalised the same way, uncapped (a
+cap at the reference would make every agent past it equal), or the raw
+return where the task has no reference, with the margin then 5 % of the
+agent's own (`copy_margin`). `nodes.PBTControllerNode` applies these
+decisions to a sweep's learners.
 """
 
 import dataclasses
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+import math
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+from acme_impala.envs import minatar
+from acme_impala.envs import multitask
 
 # Appendix F's adapted parameters, as IMPALAConfig fields (its Atari-57
 # agent adapts the gradient-norm clip too: max_gradient_norm).
@@ -27,6 +35,30 @@ HYPERPARAMETERS = ('learning_rate', 'entropy_cost', 'rmsprop_epsilon')
 PERTURB_PROBABILITY = 1 / 3  # "33% probability".
 PERTURB_FACTOR = 1.2  # "either 1.2 or 1/1.2".
 COPY_MARGIN = 0.05  # "more than an absolute 5% higher".
+
+
+def validate(pbt_interval_steps: int, pbt_burn_in_steps: int,
+             num_agents: int, evaluator: bool) -> None:
+  """PBT's settings, before any process starts (no TensorFlow here:
+  the programs call it before it loads)."""
+  if pbt_interval_steps < 0:
+    raise ValueError(f'pbt_interval_steps={pbt_interval_steps!r} is '
+                     'invalid: expected learner steps >= 1, or 0 for no '
+                     'PBT.')
+  if pbt_burn_in_steps < 0:
+    raise ValueError(f'pbt_burn_in_steps={pbt_burn_in_steps!r} is invalid: '
+                     'expected learner steps >= 0.')
+  if not pbt_interval_steps:
+    return
+  if num_agents < 2:
+    raise ValueError(
+        f'pbt_interval_steps={pbt_interval_steps} needs a population: this '
+        'run has 1 agent (give a sweep, e.g. --learning_rates=1e-3,2e-3,'
+        '4e-3,8e-3).')
+  if not evaluator:
+    raise ValueError(
+        f'pbt_interval_steps={pbt_interval_steps} with --noevaluator: PBT '
+        "ranks the agents by their evaluators' returns, so it needs them.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +107,8 @@ def explore(values: Mapping[str, float], rng: np.random.Generator,
 
 def evolve(agent: int, fitness: Sequence[float],
            hyperparameters: Sequence[Mapping[str, float]],
-           rng: np.random.Generator) -> Decision:
+           rng: np.random.Generator, margin: float = COPY_MARGIN
+           ) -> Decision:
   """Appendix F's step for `agent`: exploit, then explore whatever it then
   has (the source's hyperparameters after a copy, its own otherwise).
 
@@ -84,11 +117,12 @@ def evolve(agent: int, fitness: Sequence[float],
     fitness: [N] each agent's fitness (NaN: none yet).
     hyperparameters: [N] each agent's current values of HYPERPARAMETERS.
     rng: the controller's generator (its state is checkpointed with it).
+    margin: how much better a partner must be to be copied.
   """
   if len(fitness) != len(hyperparameters):
     raise ValueError(f'evolve: {len(fitness)} fitness values for '
                      f'{len(hyperparameters)} agents.')
-  source = exploit(agent, fitness, rng)
+  source = exploit(agent, fitness, rng, margin)
   start = hyperparameters[agent if source is None else source]
   return Decision(agent=agent, source=source,
                   hyperparameters=explore(start, rng))
@@ -101,3 +135,47 @@ def due(learner_steps: Sequence[int], last_evolved: Sequence[int],
   return tuple(i for i, (steps, last) in enumerate(zip(learner_steps,
                                                        last_evolved))
                if steps >= burn_in and steps - max(last, burn_in) >= interval)
+
+
+def has_reference(env_id: str) -> bool:
+  """Whether the task's score can be normalised (random play and AC(lambda)
+  at 5M steps are known: the MinAtar games)."""
+  return (env_id.startswith('MinAtar/') and
+          minatar.game(env_id) in minatar.AC_LAMBDA_5M)
+
+
+def recent_return(rounds: Sequence[Mapping[str, Any]], since: float,
+                  window: int) -> float:
+  """The mean episode return of the last `window` evaluation rounds that
+  started at or after `since` (weights fetched after the agent's last
+  copy), each round weighted by its episodes; NaN if there is none.
+  `rounds`: oldest first, each {'start_time', 'mean_return', 'episodes'}."""
+  kept = [r for r in rounds if r['start_time'] >= since][-window:]
+  if not kept:
+    return math.nan
+  episodes = np.array([r['episodes'] for r in kept], float)
+  returns = np.array([r['mean_return'] for r in kept], float)
+  return float(np.sum(episodes * returns) / np.sum(episodes))
+
+
+def fitness(returns: Mapping[str, float]) -> float:
+  """An agent's fitness from its recent return on each task: the mean
+  capped normalised score for several tasks (IMPALA section 5.3 and
+  Appendix F), the uncapped normalised score for one task with a
+  reference, else the raw return. NaN when any task has no return yet."""
+  if not returns or any(math.isnan(r) for r in returns.values()):
+    return math.nan
+  if len(returns) > 1:
+    return multitask.suite_score(returns)
+  (env_id, value), = returns.items()
+  return multitask.normalised_score(env_id, value) if has_reference(
+      env_id) else float(value)
+
+
+def copy_margin(task_ids: Sequence[str], agent_fitness: float) -> float:
+  """How much better a partner must be to be copied: Appendix F's absolute
+  0.05 on a normalised score, else 5 % of the agent's own raw return."""
+  if all(has_reference(t) for t in task_ids):
+    return COPY_MARGIN
+  return COPY_MARGIN * abs(agent_fitness) if not math.isnan(
+      agent_fitness) else COPY_MARGIN

@@ -28,6 +28,7 @@ from acme_impala.agent import config as config_lib
 from acme_impala.agent import networks
 from acme_impala.distributed import lifecycle
 from acme_impala.distributed import nodes
+from acme_impala.distributed import pbt
 from acme_impala.distributed import run_record
 from acme_impala.envs import batched
 from acme_impala.envs import multitask
@@ -43,6 +44,8 @@ DATA_FIELDS = ('env_id', 'env_ids', 'network', 'mlp_hidden_sizes', 'lstm_size',
 # program killed. The counter may still be starting when first called, so its
 # calls wait for it, but only for a few seconds.
 LEARNER_CLIENT_KWARGS = dict(call_timeout=5, wait_for_ready=False)
+# The PBT controller's generator: its own seed stream of the run's seed.
+_PBT_SEED_ROLE = 1000
 COUNTER_CLIENT_KWARGS = dict(call_timeout=5, wait_for_ready=True)
 
 
@@ -93,6 +96,11 @@ class PreparedRun:
   agents: Tuple[AgentRun, ...]
   environment_spec: specs.EnvironmentSpec
   share_replay: bool = True
+  # Population-based training (IMPALA Appendix F) across a sweep's agents:
+  # every `pbt_interval_steps` learner steps of an agent, after
+  # `pbt_burn_in_steps`; 0 is off.
+  pbt_interval_steps: int = 0
+  pbt_burn_in_steps: int = 0
 
   @property
   def status_dir(self) -> str:
@@ -253,7 +261,9 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
                 name: Optional[str] = None,
                 environment_spec: Optional[specs.EnvironmentSpec] = None,
                 launcher: bool = True,
-                run_options: Optional[Mapping[str, Any]] = None
+                run_options: Optional[Mapping[str, Any]] = None,
+                pbt_interval_steps: int = 0,
+                pbt_burn_in_steps: Optional[int] = None
                 ) -> PreparedRun:
   """Validates a run of one or several agents and makes its directory.
 
@@ -266,6 +276,10 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
   (`run_record`: the configs, these options and `run_options`, e.g. the
   program's flags, versions, commit); with `restore` it first refuses
   changed hyperparameters, naming each (`run_record.check_restore`).
+
+  `pbt_interval_steps` > 0 runs population-based training over a sweep's
+  agents (`nodes.PBTControllerNode`), after `pbt_burn_in_steps` learner
+  steps (default: one interval).
 
   `launcher=False` is for a process that runs one node of a program its
   launcher already prepared (a Kubernetes pod): the same validation of
@@ -287,6 +301,10 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
     validate_run(config, options)
     agents.append(AgentRun(
         prepare_config(config, max_actor_steps, options.agent), options))
+  if pbt_burn_in_steps is None:
+    pbt_burn_in_steps = pbt_interval_steps
+  pbt.validate(pbt_interval_steps, pbt_burn_in_steps, len(configs),
+               evaluator)
   if sweep and share_replay:
     validate_shared_replay([a.config for a in agents])
   for a in agents[1:]:
@@ -313,10 +331,14 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
         dict(name=name, logdir=logdir, max_actor_steps=max_actor_steps,
              num_actors=num_actors, restore=restore, evaluator=evaluator,
              eval_episodes=eval_episodes, share_replay=share_replay,
+             pbt_interval_steps=pbt_interval_steps,
+             pbt_burn_in_steps=pbt_burn_in_steps,
              **(run_options or {}))))
   return PreparedRun(name=name,
                      agents=tuple(agents), environment_spec=environment_spec,
-                     share_replay=share_replay)
+                     share_replay=share_replay,
+                     pbt_interval_steps=pbt_interval_steps,
+                     pbt_burn_in_steps=pbt_burn_in_steps)
 
 
 def _guarded(constructor, key: str, options: RunOptions):
@@ -330,7 +352,7 @@ def add_agent_nodes(program: lp.Program, builder: builder_lib.IMPALABuilder,
   """Adds one agent's counter, learner, actors and evaluator to `program`.
 
   `replay` is the handle of the Reverb node holding the agent's tables.
-  Returns the counter's handle (for the coordinator).
+  Returns the agent's `AgentHandles` (for the coordinator and PBT).
   """
   config = builder.config
   with program.group(options.group('counter')):
@@ -348,15 +370,25 @@ def add_agent_nodes(program: lp.Program, builder: builder_lib.IMPALABuilder,
       program.add_node(lp.CourierNode(
           _guarded(nodes.ActorNode, f'actor_{i}', options), builder, replay,
           learner, counter, i, options))
+  evaluators = []
   if options.evaluator:
     with program.group(options.group('evaluator')):
       # One per task of a multi-task agent (IMPALA section 5.3).
       for task in builder.tasks:
         label = nodes.evaluator_key(builder, task)
-        program.add_node(lp.CourierNode(
+        evaluators.append(program.add_node(lp.CourierNode(
             _guarded(nodes.EvaluatorNode, label, options), builder,
-            learner, counter, options, task))
-  return counter
+            learner, counter, options, task)))
+        evaluators[-1].set_client_kwargs(**LEARNER_CLIENT_KWARGS)
+  return AgentHandles(counter, learner, tuple(evaluators))
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentHandles:
+  """An agent's nodes that other nodes call."""
+  counter: Any
+  learner: Any
+  evaluators: Tuple[Any, ...]
 
 
 def make_builders(run: PreparedRun) -> List[builder_lib.IMPALABuilder]:
@@ -376,7 +408,8 @@ def build_program(run: PreparedRun) -> lp.Program:
   agent when a sweep does not share its replay), each agent's `counter`,
   `learner`, `actor` × num_actors and `evaluator` (`add_agent_nodes`; group
   names prefixed `agent_<i>_` in a sweep), and one `coordinator` that stops
-  the program once every agent reached the budget.
+  the program once every agent reached the budget; with PBT, one `pbt`
+  controller (`nodes.PBTControllerNode`).
   """
   builders = make_builders(run)
   program = lp.Program(name=run.name)
@@ -405,13 +438,24 @@ def build_program(run: PreparedRun) -> lp.Program:
     else:
       replays = [program.add_node(replay_node([b], f'replay_{i}'))
                  for i, b in enumerate(builders)]
-  counters = [add_agent_nodes(program, b, replay, a.options)
-              for b, replay, a in zip(builders, replays, run.agents)]
+  handles = [add_agent_nodes(program, b, replay, a.options)
+             for b, replay, a in zip(builders, replays, run.agents)]
   with program.group('coordinator'):
     program.add_node(lp.CourierNode(
         lifecycle.guarded_constructor(nodes.CoordinatorNode, 'coordinator',
                                       run.status_dir),
-        counters, run.agents[0].options.max_actor_steps, run.status_dir))
+        [h.counter for h in handles], run.agents[0].options.max_actor_steps,
+        run.status_dir))
+  if run.pbt_interval_steps:
+    with program.group('pbt'):
+      program.add_node(lp.CourierNode(
+          lifecycle.guarded_constructor(nodes.PBTControllerNode, 'pbt',
+                                        run.status_dir),
+          [h.learner for h in handles], [h.evaluators for h in handles],
+          [a.options.agent for a in run.agents], builders[0].tasks,
+          run.pbt_interval_steps, run.pbt_burn_in_steps,
+          nodes.derive_seed(run.agents[0].config.seed, _PBT_SEED_ROLE),
+          run.agents[0].options.logdir, run.status_dir))
   return program
 
 

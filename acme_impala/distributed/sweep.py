@@ -28,7 +28,7 @@ def prepare_sweep(configs: Sequence[config_lib.IMPALAConfig],
                   share_replay: bool = True,
                   evaluator: bool = True,
                   run_options=None) -> program_lib.PreparedRun:
-  config_lib.validate_sweep(configs)
+  config_lib.validate_sweep(configs, share_replay)
   return program_lib.prepare_run(
       configs, logdir, max_actor_steps, num_actors=num_actors,
       evaluator=evaluator, share_replay=share_replay, name='laser_sweep',

@@ -19,6 +19,7 @@ from absl import flags
 from acme_impala.agent import config as config_lib
 from acme_impala.agent import presets
 from acme_impala.distributed import lifecycle
+from acme_impala.distributed import pbt
 from acme_impala.launch import config_flags
 from acme_impala.launch import isolation
 
@@ -181,6 +182,18 @@ def define() -> None:
   flags.DEFINE_bool('share_replay', True,
                     'A sweep: one replay table shared by all agents (else '
                     'one each).')
+  # IMPALA Appendix F; distributed/pbt.py and nodes.PBTControllerNode.
+  flags.DEFINE_integer(
+      'pbt_interval_steps', 0,
+      'A sweep: population-based training, each agent evolving (exploit: '
+      'copy a better agent\'s weights, optimiser state and hyperparameters; '
+      'explore: perturb learning rate, entropy cost and RMSProp epsilon) '
+      'every this many of its learner steps; events in '
+      '<logdir>/pbt/events.csv. 0: off.', lower_bound=0)
+  flags.DEFINE_integer(
+      'pbt_burn_in_steps', None,
+      'A sweep with PBT: learner steps before the first evolution (default: '
+      'one --pbt_interval_steps).', lower_bound=0)
 
 
 def define_launcher() -> None:
@@ -262,8 +275,25 @@ def make_configs(overrides: Dict[str, Any]):
         f'--entropy_costs={",".join(FLAGS.entropy_costs)} make 1 agent; a '
         'sweep needs at least 2 (learning rate, entropy cost) pairs (for one '
         'agent, set --config.learning_rate / --config.entropy_cost).')
-  config_lib.validate_sweep(grid)
+  config_lib.validate_sweep(grid, FLAGS.share_replay)
   return grid
+
+
+def checked_configs(overrides: Dict[str, Any]):
+  """`make_configs`, and PBT's settings checked against them (a population,
+  evaluators): what every program checks before TensorFlow loads."""
+  configs = make_configs(overrides)
+  pbt.validate(**pbt_settings(), num_agents=len(configs),
+               evaluator=FLAGS.evaluator)
+  return configs
+
+
+def pbt_settings() -> Dict[str, int]:
+  """`program.prepare_run`'s PBT arguments from the flags."""
+  interval = FLAGS.pbt_interval_steps
+  burn_in = FLAGS.pbt_burn_in_steps
+  return dict(pbt_interval_steps=interval,
+              pbt_burn_in_steps=interval if burn_in is None else burn_in)
 
 
 def record_options(overrides: Dict[str, Any]) -> Dict[str, Any]:
@@ -295,7 +325,7 @@ def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True,
       evaluator=FLAGS.evaluator, eval_episodes=FLAGS.eval_episodes,
       share_replay=FLAGS.share_replay,
       name='laser_sweep' if is_sweep() else 'impala',
-      launcher=launcher,
+      launcher=launcher, **pbt_settings(),
       run_options=dict(run_options(overrides), **extra_options))
 
 
@@ -320,4 +350,6 @@ def forward(overrides: Dict[str, Any], logdir: str) -> List[str]:
     args += [f'--learning_rates={",".join(FLAGS.learning_rates)}',
              f'--entropy_costs={",".join(FLAGS.entropy_costs)}',
              f'--share_replay={str(FLAGS.share_replay).lower()}']
+  if FLAGS.pbt_interval_steps:
+    args += [f'--{k}={v}' for k, v in pbt_settings().items()]
   return args + config_flags.format_overrides(overrides)

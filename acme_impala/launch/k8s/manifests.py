@@ -70,6 +70,7 @@ DEFAULT_RESOURCES = {
     'evaluator': _ACTING,
     'counter': _BOOKKEEPING,
     'coordinator': _BOOKKEEPING,
+    'pbt': _BOOKKEEPING,
 }
 # The image's unprivileged user (Dockerfile); fsGroup makes the run's volume
 # writable to it.
