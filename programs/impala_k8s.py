@@ -37,7 +37,12 @@ FLAGS = flags.FLAGS
 program_flags.define()
 flags.DEFINE_string('run_name', None, 'Name of the run: prefixes every '
                     'Kubernetes object (1-30 chars, a DNS label).')
-flags.DEFINE_string('image', None, 'Container image of every node.')
+flags.DEFINE_string('image', None, 'Container image of every node (those '
+                    'with an accelerator: --gpu_image).')
+flags.DEFINE_string('gpu_image', None,
+                    'Container image of the groups the resources file gives '
+                    'an accelerator (the learner): the Dockerfile\'s gpu '
+                    'target, built from the same pins.')
 flags.DEFINE_string('namespace', 'default', 'Kubernetes namespace.')
 flags.DEFINE_string('resources', None,
                     'YAML file: per-group requests/limits, nodeSelector, '
@@ -83,6 +88,10 @@ def _checked_inputs(overrides):
     raise ValueError(f'--attempt={attempt!r}: expected a DNS label.')
   program_flags.checked_configs(overrides)
   resources = manifests.validate_resources(_load_resources())
+  if manifests.accelerator_of(resources, 'learner') and not FLAGS.gpu_image:
+    raise ValueError('--gpu_image is missing: the resources file gives the '
+                     'learner an accelerator, which runs the GPU image '
+                     '(docker build --target gpu; docs/gke.md).')
   return logdir, attempt, resources
 
 
@@ -101,7 +110,7 @@ def render_objects(overrides):
     objects = manifests.render(
         FLAGS.run_name, FLAGS.image, FLAGS.namespace, sizes,
         program_flags.forward(overrides, logdir), resources, attempt,
-        FLAGS.termination_notice_s)
+        FLAGS.termination_notice_s, gpu_image=FLAGS.gpu_image)
   except (ValueError, TypeError) as error:
     _fail(str(error))
   problems = (manifests.schema_errors(objects) +
@@ -167,10 +176,12 @@ def main(argv, overrides):
     print(f'impala_k8s: wrote {len(objects)} objects for '
           f'{sum(sizes.values())} nodes in {len(sizes)} groups to {path} '
           f'({time.time() - start:.1f} s).')
-    if not manifests.has_digest(FLAGS.image):
-      print(f'impala_k8s: note: --image={FLAGS.image} is a tag, which can '
-            'move; an image digest (...@sha256:<64 hex>) pins what every '
-            'pod runs (docs/gke.md).')
+    for flag in ('image', 'gpu_image'):
+      value = FLAGS[flag].value
+      if value and not manifests.has_digest(value):
+        print(f'impala_k8s: note: --{flag}={value} is a tag, which can '
+              'move; an image digest (...@sha256:<64 hex>) pins what every '
+              'pod runs (docs/gke.md).')
     return 0
   if command == 'apply':
     active = [j['metadata']['name'] for j in _jobs()

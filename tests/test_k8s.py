@@ -241,6 +241,46 @@ def test_render_a_pbt_sweep_has_the_controller_group(tmp_path):
       manifests.DEFAULT_RESOURCES['coordinator'])
 
 
+def test_render_a_gpu_learner_keeps_every_other_node_on_cpu(tmp_path):
+  """Issue 40 item 2: the learner group's accelerator gives its pods the
+  GPU image, the GPU limit, GKE's accelerator node selector and the GPU
+  taint's toleration, over what the file sets; no other pod has any."""
+  resources = {'groups': {'learner': {
+      'accelerator': {'type': 'nvidia-l4', 'count': 1},
+      'nodeSelector': {'pool': 'learners'},
+      'requests': {'cpu': '4', 'memory': '16Gi'},
+      'limits': {'memory': '24Gi'}}}}
+  result = _render(tmp_path, '--config=atari', '--num_actors=48',
+                   '--gpu_image=img-gpu:1', resources=resources)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '--gpu_image=img-gpu:1 is a tag' in result.stdout
+  with open(tmp_path / 't1.yaml') as f:
+    objects = list(yaml.safe_load_all(f))
+  assert manifests.schema_errors(objects) == []
+  assert manifests.lint(objects, {'replay': 1, 'counter': 1, 'learner': 1,
+                                  'actor': 48, 'evaluator': 1,
+                                  'coordinator': 1}, 30) == []
+  pods = {o['metadata']['name']: o['spec']['template']['spec']
+          for o in objects if o['kind'] == 'Job'}
+  learner = pods.pop('t1-learner')
+  container = learner['containers'][0]
+  assert container['image'] == 'img-gpu:1'
+  assert container['resources'] == {
+      'requests': {'cpu': '4', 'memory': '16Gi', 'nvidia.com/gpu': '1'},
+      'limits': {'cpu': '8', 'memory': '24Gi', 'nvidia.com/gpu': '1'}}
+  assert learner['nodeSelector'] == {
+      'pool': 'learners', 'cloud.google.com/gke-accelerator': 'nvidia-l4'}
+  assert learner['tolerations'] == [{'key': 'nvidia.com/gpu',
+                                     'operator': 'Exists',
+                                     'effect': 'NoSchedule'}]
+  assert len(pods) == 5
+  for name, pod in pods.items():
+    spec = pod['containers'][0]
+    assert spec['image'] == 'img:1', name
+    assert 'nvidia.com/gpu' not in str(spec['resources']), name
+    assert 'nodeSelector' not in pod and 'tolerations' not in pod, name
+
+
 def _mutations():
   def job(objects, name='t1-learner'):
     return next(o for o in objects if o['kind'] == 'Job' and
@@ -322,6 +362,16 @@ def test_checks_catch_a_broken_manifest(atari_256, mutation):
     ([], {'groups': {'learner': {'requests': {'memory': '16Gi'},
                                  'limits': {'memory': '8Gi'}}}},
      "limits.memory='8Gi' is below requests.memory='16Gi'"),
+    # Issue 40: accelerators for the learner only, and its image.
+    ([], {'groups': {'actor': {'accelerator': {
+        'type': 'nvidia-tesla-t4', 'count': 1}}}},
+     'only the learner group takes an accelerator'),
+    ([], {'groups': {'learner': {'accelerator': {
+        'type': 'tesla', 'count': 1}}}}, ".type='tesla'"),
+    ([], {'groups': {'learner': {'accelerator': {
+        'type': 'nvidia-l4', 'count': 0}}}}, '.count=0'),
+    ([], {'groups': {'learner': {'accelerator': {
+        'type': 'nvidia-l4', 'count': 1}}}}, '--gpu_image is missing'),
 ])
 def test_bad_input_exits_2_naming_it(tmp_path, flags, resources, message):
   result = _render(tmp_path, *flags, resources=resources)
@@ -598,14 +648,23 @@ def test_a_failing_node_fails_its_pod_and_stops_the_others(tmp_path):
 
 
 def test_the_image_takes_its_pins_from_the_venvs_requirements():
+  """One install stage (`base`) for the CPU image (the default, last
+  target) and the GPU one, which adds only NVIDIA's CUDA 11.2 / cuDNN 8.1
+  libraries to it."""
   with open(os.path.join(ROOT, 'Dockerfile')) as f:
     dockerfile = f.read()
-  base = [line for line in dockerfile.splitlines()
-          if line.startswith('FROM ')]
-  # Pinned by version and by digest.
-  assert len(base) == 1 and base[0].startswith(
-      'FROM python:3.10.13-slim-bookworm@'), base
-  assert manifests.has_digest(base[0].split()[1]), base
+  stages = [line.split() for line in dockerfile.splitlines()
+            if line.startswith('FROM ')]
+  assert [(s[1], s[-1]) for s in stages] == [
+      ('nvidia/cuda:11.2.2-cudnn8-runtime-ubuntu20.04', 'cuda'),
+      (stages[1][1], 'base'), ('base', 'gpu'), ('base', 'cpu')], stages
+  # The Python base pinned by version and by digest.
+  assert stages[1][1].startswith('python:3.10.13-slim-bookworm@'), stages
+  assert manifests.has_digest(stages[1][1]), stages
+  gpu = dockerfile[dockerfile.index('FROM base AS gpu'):
+                   dockerfile.index('FROM base AS cpu')]
+  assert 'pip' not in gpu and 'COPY --from=cuda' in gpu
+  assert dockerfile.count('pip install') == 3  # All in the base stage.
   assert ('pip install -r requirements.txt -c requirements.lock'
           in dockerfile)
   assert ('pip install --no-deps -r requirements-nodeps.txt -c '

@@ -50,7 +50,16 @@ _QUANTITY = re.compile(
     r'^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)'
     r'(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+)?$')
 _GROUP_KEYS = ('requests', 'limits', 'nodeSelector', 'tolerations',
-               'backoffLimitPerIndex')
+               'backoffLimitPerIndex', 'accelerator')
+# A learner on an accelerator (IMPALA Table 1: one GPU learner fed by CPU
+# actors). GKE labels a GPU node with its accelerator type and taints GPU
+# node pools with nvidia.com/gpu (NoSchedule); the device plugin's resource
+# is nvidia.com/gpu, set as a limit (Kubernetes takes an extended resource's
+# request from its limit and refuses a different one).
+ACCELERATOR_ROLES = ('learner',)
+GPU_RESOURCE = 'nvidia.com/gpu'
+GKE_ACCELERATOR_LABEL = 'cloud.google.com/gke-accelerator'
+_ACCELERATOR_TYPE = re.compile(r'^nvidia-[a-z0-9-]{1,50}$')
 # Requests and limits of each role when `--resources` does not set them.
 # From the nodes' resident memory on a local run (benchmarks/soak.py:
 # 240-470 MB each on CartPole) with room for Atari's frames and networks;
@@ -157,6 +166,8 @@ def validate_resources(resources: Mapping[str, Any]) -> Dict[str, Any]:
         if not is_quantity(value):
           raise ValueError(f'resources.groups.{role}.{kind}.{name}={value!r} '
                            'is not a Kubernetes quantity (e.g. 500m, 2, 4Gi).')
+    if 'accelerator' in spec:
+      _validate_accelerator(role, spec['accelerator'])
     limit = spec.get('backoffLimitPerIndex')
     if limit is not None and (not isinstance(limit, int) or limit < 0):
       raise ValueError(f'resources.groups.{role}.backoffLimitPerIndex='
@@ -171,6 +182,33 @@ def validate_resources(resources: Mapping[str, Any]) -> Dict[str, Any]:
     raise ValueError(f'resources.storage.size={storage["size"]!r} is not a '
                      'Kubernetes quantity.')
   return {'groups': groups, 'storage': storage}
+
+
+def _validate_accelerator(role: str, accelerator: Any) -> None:
+  """`accelerator: {type: nvidia-tesla-t4, count: 1}`, for a learner."""
+  where = f'resources.groups.{role}.accelerator'
+  if role not in ACCELERATOR_ROLES:
+    raise ValueError(f'{where}: only the {"/".join(ACCELERATOR_ROLES)} group '
+                     'takes an accelerator (actors and the other nodes run '
+                     'on CPU).')
+  if not isinstance(accelerator, dict) or set(accelerator) != {'type',
+                                                               'count'}:
+    raise ValueError(f'{where}={accelerator!r}: expected a mapping with type '
+                     '(a GKE accelerator, e.g. nvidia-tesla-t4, nvidia-l4) '
+                     'and count (GPUs per pod).')
+  if not _ACCELERATOR_TYPE.match(str(accelerator['type'])):
+    raise ValueError(f'{where}.type={accelerator["type"]!r}: expected a GKE '
+                     'accelerator type such as nvidia-tesla-t4 or nvidia-l4.')
+  count = accelerator['count']
+  if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+    raise ValueError(f'{where}.count={count!r}: expected an integer >= 1.')
+
+
+def accelerator_of(resources: Mapping[str, Any], group: str
+                   ) -> Optional[Dict[str, Any]]:
+  """The group's `accelerator` entry, or None (CPU)."""
+  return (resources.get('groups', {}).get(lifecycle.role_of(group)) or
+          {}).get('accelerator')
 
 
 def _group_spec(resources: Mapping[str, Any], group: str) -> Dict[str, Any]:
@@ -197,11 +235,14 @@ def _labels(run_name: str, group: Optional[str] = None) -> Dict[str, str]:
 def render(run_name: str, image: str, namespace: str,
            group_sizes: Mapping[str, int], node_args: Sequence[str],
            resources: Mapping[str, Any], attempt: str,
-           termination_notice_s: int) -> List[Dict[str, Any]]:
+           termination_notice_s: int, gpu_image: Optional[str] = None
+           ) -> List[Dict[str, Any]]:
   """Every object of the run, in the order `kubectl apply` should take them.
 
   `node_args`: the program's flags for every pod (the logdir on the shared
-  volume among them); `attempt` names this launch's stop marker.
+  volume among them); `attempt` names this launch's stop marker. A group
+  with an `accelerator` (the learner's) runs `gpu_image` (the Dockerfile's
+  `gpu` target) on a GKE node of that type; every other group `image`.
   """
   naming.validate_run_name(run_name)
   if not naming.is_dns_label(namespace):
@@ -210,6 +251,12 @@ def render(run_name: str, image: str, namespace: str,
     raise ValueError(f'image={image!r}: expected an image reference such as '
                      'REGION-docker.pkg.dev/PROJECT/REPO/acme-impala:TAG.')
   resources = validate_resources(resources)
+  accelerated = sorted(g for g in group_sizes if accelerator_of(resources, g))
+  if accelerated and (not gpu_image or any(c.isspace() for c in gpu_image)):
+    raise ValueError(
+        f'gpu_image={gpu_image!r}: the groups {accelerated} have an '
+        'accelerator and need the GPU image (docker build --target gpu; '
+        'docs/gke.md).')
   addresses = naming.address_map(run_name, group_sizes)
   run_labels = _labels(run_name)
   claim = naming.dns_label(f'{run_name}-logdir')
@@ -250,9 +297,10 @@ def render(run_name: str, image: str, namespace: str,
             'selector': dict(labels),
             'ports': [{'name': 'lp', 'port': naming.PORT,
                        'targetPort': naming.PORT, 'protocol': 'TCP'}]}})
+    accelerator = accelerator_of(resources, group)
     container = {
         'name': CONTAINER,
-        'image': image,
+        'image': gpu_image if accelerator else image,
         # A tag can move; with a digest Always costs one manifest check.
         'imagePullPolicy': 'Always',
         'command': ['python', '-m', 'acme_impala.launch.k8s.node',
@@ -314,6 +362,16 @@ def render(run_name: str, image: str, namespace: str,
                                   for k, v in spec['nodeSelector'].items()}
     if spec.get('tolerations'):
       pod_spec['tolerations'] = list(spec['tolerations'])
+    if accelerator:
+      count = str(accelerator['count'])
+      container['resources']['limits'][GPU_RESOURCE] = count
+      container['resources']['requests'][GPU_RESOURCE] = count
+      pod_spec.setdefault('nodeSelector', {})[GKE_ACCELERATOR_LABEL] = str(
+          accelerator['type'])
+      gpu_taint = {'key': GPU_RESOURCE, 'operator': 'Exists',
+                   'effect': 'NoSchedule'}
+      if gpu_taint not in pod_spec.get('tolerations', []):
+        pod_spec.setdefault('tolerations', []).append(gpu_taint)
     objects.append({
         'apiVersion': 'batch/v1', 'kind': 'Job',
         'metadata': {'name': job, 'namespace': namespace, 'labels': labels,
