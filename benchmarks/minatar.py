@@ -19,15 +19,19 @@ no frame skip: steps are frames), one run at a time, and writes under
 A finished run leaves `benchmark_run.json` in its logdir
 (`--logroot/<game>_s<seed>`) and is not run again, so an interrupted
 benchmark resumes where it stopped; `--summarize_only` redraws the outputs
-from the runs present.
+from the runs present. The table, pictures and summary also take in every
+seed whose per-seed CSV is in `--outdir` without its run here (seeds run in
+another session, their CSVs committed).
 
   python benchmarks/minatar.py --games=Breakout --seeds=0,1,2
   python benchmarks/minatar.py --summarize_only
 """
 
 import csv
+import glob
 import json
 import os
+import re
 import sys
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -238,17 +242,47 @@ def _draw(game, seed_curves, path):
   fig.savefig(path)
 
 
+def kept_seeds(game, present):
+  """[(record, curve)] of the seeds of `game` whose per-seed CSV is in
+  --outdir but whose run is not among `present` (seeds run on another
+  machine or in another session, their CSVs committed): the table, picture
+  and summary cover every seed the outdir holds."""
+  out = []
+  for path in sorted(glob.glob(os.path.join(FLAGS.outdir,
+                                            f'minatar_{game}_s*.csv'))):
+    seed = int(re.fullmatch(r'.*_s(\d+)\.csv', path).group(1))
+    if seed in present:
+      continue
+    with open(path, newline='') as f:
+      rows = list(csv.DictReader(f))
+    if not rows:
+      continue
+    columns = {k: np.array([float(r[k]) for r in rows]) for k in (
+        'env_steps', 'wall_seconds', 'train_return_mean100',
+        'eval_return_mean10')}
+    curve = dict(columns, final_train=float(columns[
+        'train_return_mean100'][-1]))
+    record = dict(game=game, seed=seed,
+                  wall_seconds=float(columns['wall_seconds'][-1]),
+                  max_actor_steps=FLAGS.max_actor_steps,
+                  commit=rows[-1]['commit'], cpu=rows[-1]['cpu'])
+    out.append((record, curve))
+  return out
+
+
 def summarize(records):
   os.makedirs(FLAGS.outdir, exist_ok=True)
   rows = []
   for game in FLAGS.games:
     runs = [(r, seed_curve(_logdir(game, r['seed']))) for r in records
             if r['game'] == game]
-    if not runs:
-      continue
     for r, c in runs:
       _write_csv(os.path.join(FLAGS.outdir,
                               f'minatar_{game}_s{r["seed"]}.csv'), c, r)
+    runs = sorted(runs + kept_seeds(game, {int(r['seed']) for r, _ in runs}),
+                  key=lambda run: int(run[0]['seed']))
+    if not runs:
+      continue
     _draw(game, [c for _, c in runs],
           os.path.join(FLAGS.outdir, f'minatar_{game}.png'))
     finals = np.array([c['final_train'] for _, c in runs])
@@ -263,14 +297,17 @@ def summarize(records):
         met='yes' if finals.mean() >= AC_LAMBDA_5M[game] else 'no',
         wall_minutes=minutes.mean(), env_steps_per_s=rate.mean(),
         max_actor_steps=runs[0][0]['max_actor_steps'],
-        commit=runs[0][0]['commit'], cpu=runs[0][0]['cpu']))
+        commits=','.join(sorted({r['commit'] for r, _ in runs})),
+        cpus=' / '.join(sorted({r['cpu'] for r, _ in runs}))))
   with open(os.path.join(FLAGS.outdir, 'minatar_summary.csv'), 'w',
             newline='') as f:
     writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ['game'])
     writer.writeheader()
     writer.writerows(rows)
+  commits = sorted({r['commit'] for r in records} |
+                   {c for r in rows for c in r['commits'].split(',')})
   print(f'\nminatar.py at {provenance.stamp()}; runs of '
-        f'{",".join(sorted({r["commit"] for r in records}))}.\n')
+        f'{",".join(commits)}.\n')
   print('| game | env steps | seeds | final return (last 100 episodes), '
         'mean +- std | per seed | AC(lambda) at 5M | at or above | '
         'wall min/run | env steps/s |')
@@ -302,9 +339,11 @@ def main(argv):
           'run at a time.', flush=True)
     records = [run(game, int(seed)) for game in FLAGS.games
                for seed in FLAGS.seeds]
-  if not records:
+  if not records and not glob.glob(os.path.join(FLAGS.outdir,
+                                                'minatar_*_s*.csv')):
     raise SystemExit('minatar.py: no finished runs under '
-                     f'{FLAGS.logroot} to summarise.')
+                     f'{FLAGS.logroot} and no per-seed CSVs in '
+                     f'{FLAGS.outdir} to summarise.')
   summarize(records)
   if FLAGS.baseline_logroot:
     summarize_efficiency(records)
