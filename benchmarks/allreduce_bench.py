@@ -8,10 +8,12 @@ gradients every step. This measures that exchange alone between two
 processes on loopback, for the gradients of the Atari config's shallow and
 deep networks (their trainable variables' shapes, float32), by
 `collective`: TensorFlow's `MultiWorkerMirroredStrategy` (ring all-reduce
-over gRPC), the gradients' mean in a `tf.function`. (An exchange over
-Launchpad's courier, which the nodes already talk over, was tried: a call
-carrying numpy arrays between two plain processes never reached its server
-here, so it is not offered.)
+over gRPC), the gradients' mean in a `tf.function`; and `courier`:
+Launchpad's courier, which the nodes already talk over, replica 0 serving
+the mean to the others, the gradients packed as one .npz blob each way
+(`nodes.pack_arrays`: courier 0.5.2 cannot take numpy arrays as call
+arguments, which is why an earlier version of this script offered the
+collective only).
 
 Each (net, method) is a fresh pair of processes; after `--warmup` exchanges
 each replica times `--steps` more and the slower replica's median is
@@ -35,7 +37,7 @@ sys.path.insert(0, _ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-METHODS = ('collective',)
+METHODS = ('collective', 'courier')
 NETS = ('shallow', 'deep')
 _TIMEOUT_S = 300
 
@@ -88,6 +90,54 @@ def _collective(index, ports, shapes, steps, warmup):
   return _time(step, steps, warmup)
 
 
+def _courier(index, ports, shapes, steps, warmup):
+  import threading  # pylint: disable=g-import-not-at-top
+  import courier  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import nodes  # pylint: disable=g-import-not-at-top
+  grads = [np.full(shape, float(index + 1), np.float32) for shape in shapes]
+  if index:
+    client = courier.Client(f'localhost:{ports[0]}', call_timeout=_TIMEOUT_S)
+    count = [0]
+
+    def remote_step():
+      count[0] += 1
+      return nodes.unpack_arrays(client.reduce(count[0],
+                                               nodes.pack_arrays(grads)))
+    return _time(remote_step, steps, warmup)
+
+  lock = threading.Condition()
+  sums, arrived, means = {}, {}, {}
+
+  def contribute(step, arrays):
+    with lock:
+      if step in sums:
+        sums[step] = [a + b for a, b in zip(sums[step], arrays)]
+      else:
+        sums[step] = [np.array(a) for a in arrays]
+      arrived[step] = arrived.get(step, 0) + 1
+      if arrived[step] == len(ports):
+        means[step] = [a / len(ports) for a in sums.pop(step)]
+        lock.notify_all()
+      lock.wait_for(lambda: step in means)
+      return means[step]
+
+  server = courier.Server('reducer', port=ports[0])
+  server.Bind('reduce', lambda step, blob: nodes.pack_arrays(
+      contribute(step, nodes.unpack_arrays(blob))))
+  server.Start()
+  count = [0]
+
+  def local_step():
+    count[0] += 1
+    return contribute(count[0], grads)
+  try:
+    return _time(local_step, steps, warmup)
+  finally:
+    time.sleep(2)  # The last answer reaches replica 1 before the stop.
+    server.Stop()
+
+
 def _time(step, steps, warmup):
   for _ in range(warmup):
     _check(step())
@@ -110,8 +160,8 @@ def _worker(argv):
   method, shapes, index, ports, steps, warmup = (
       argv[0], [tuple(s) for s in json.loads(argv[1])], int(argv[2]),
       [int(p) for p in argv[3].split(',')], int(argv[4]), int(argv[5]))
-  times = {'collective': _collective}[method](index, ports, shapes, steps,
-                                             warmup)
+  times = {'collective': _collective, 'courier': _courier}[method](
+      index, ports, shapes, steps, warmup)
   print('RESULT ' + json.dumps({'times': times}), flush=True)
 
 

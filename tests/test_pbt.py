@@ -226,6 +226,13 @@ def pbt_run(tmp_path_factory):
 def test_pbt_run_logs_its_events_and_ends_cleanly(pbt_run):
   assert pbt_run['rc'] == 0, pbt_run['out'][-4000:]
   assert pbt_run['leftovers'] == []
+  # The run's last line counts PBT's decisions.
+  counts = re.findall(r'PBT: (\d+) exploits, (\d+) explores in \S+events.csv',
+                      pbt_run['out'])
+  assert counts, pbt_run['out'][-2000:]
+  assert [int(c) for c in counts[-1]] == [
+      sum(e['action'] == a for e in pbt_run['events'])
+      for a in ('exploit', 'explore')]
   assert tuple(pbt_run['header']) == nodes.PBT_EVENT_COLUMNS
   assert {'learner_step', 'agent', 'action', 'source_agent',
           'learning_rate', 'entropy_cost', 'rmsprop_epsilon'} <= set(

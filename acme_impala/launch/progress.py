@@ -275,4 +275,21 @@ class Progress:
         text += (f', eval return {status["eval_return"]:.1f} '
                  f'(last {EVAL_EPISODES})')
       parts.append(text)
+    pbt = pbt_events(self._logdir)
+    if pbt is not None:
+      events = os.path.join(self._logdir, 'pbt', 'events.csv')
+      parts.append(f'PBT: {pbt["exploit"]} exploits, {pbt["explore"]} '
+                   f'explores in {events}')
     return '; '.join(parts)
+
+
+def pbt_events(logdir: str) -> Optional[Dict[str, int]]:
+  """{'exploit': n, 'explore': m} counted in `<logdir>/pbt/events.csv` (a
+  restored run's include its earlier lives'), or None without the file."""
+  path = os.path.join(logdir, 'pbt', 'events.csv')
+  try:
+    with open(path, newline='') as f:
+      actions = [row.get('action') for row in csv.DictReader(f)]
+  except OSError:
+    return None
+  return {a: actions.count(a) for a in ('exploit', 'explore')}
