@@ -140,3 +140,23 @@ def test_sample_categorical_matches_softmax():
   logits = np.log(np.array([[0.2, 0.5, 0.3]] * 20000))
   counts = np.bincount(acting.sample_categorical(rng, logits), minlength=3)
   np.testing.assert_allclose(counts / 20000, [0.2, 0.5, 0.3], atol=0.015)
+
+
+def test_an_evaluators_actor_fetches_every_round_whatever_the_period():
+  """An evaluator (nodes.EvaluatorNode) makes its actor with
+  variable_update_period=1: each round's weights are those at its start
+  even when the actors refresh every 400 steps (PBT's fitness relies on
+  it); without the override the config's period holds."""
+  config = config_lib.IMPALAConfig(lstm_size=8, variable_update_period=400)
+  env, spec, _, server = _setup(config)
+  builder = builder_lib.IMPALABuilder(config, spec)
+  for period, expected in ((None, 0), (1, 3)):
+    net = builder.make_network()
+    source = _Source([v.numpy() for v in net.variables], steps=7)
+    actor = builder.make_actor(net, None, source, num_envs=2,
+                               variable_update_period=period)
+    for _ in range(3):
+      actor.update(wait=True)
+    assert source.calls == expected, period
+  server.stop()
+  env.close()

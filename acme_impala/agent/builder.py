@@ -356,12 +356,15 @@ class IMPALABuilder:
       num_envs: int = 1,
       policy_version: Optional[tf.Variable] = None,
       batched: Optional[bool] = None,
+      variable_update_period: Optional[int] = None,
   ):
     """An IMPALAActor or a BatchedIMPALAActor (`batched`; by default when
     num_envs > 1).
 
     With a variable source, the actor refreshes its weights (and the policy
-    version it records) every `variable_update_period` actor steps. Without
+    version it records) every `variable_update_period` actor steps (the
+    config's unless given: an evaluator gives 1, so that each round plays
+    the weights current at its start). Without
     one, `policy_version` is the variable it records (e.g. the learner's step
     counter when actor and learner share the network).
     """
@@ -372,7 +375,8 @@ class IMPALABuilder:
     client = None
     if variable_source is not None:
       client = acting.make_variable_client(
-          variable_source, network, cfg.variable_update_period,
+          variable_source, network,
+          variable_update_period or cfg.variable_update_period,
           policy_version)
     recorded = policy_version if cfg.record_policy_version else None
     if not _is_batched(num_envs, batched):

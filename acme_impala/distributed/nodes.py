@@ -334,6 +334,7 @@ class LearnerNode:
     # call is let in between steps (`_let_calls_in`): a learner that waits
     # for data most of the time, or never does, still answers them.
     self._lock = threading.Lock()
+    self._pbt_changed = False
     self._calls_waiting = 0
     self._calls_mutex = threading.Lock()
     iterator = _UnlockedWhileWaiting(builder.make_dataset_iterator(
@@ -410,6 +411,7 @@ class LearnerNode:
                  optimizer=unpack_arrays(state['optimizer']))
     with self._locked('set_training_state'):
       digest = self._learner.set_training_state(state)
+      self._pbt_changed = True
     logging.info('learner: took a copied training state (digest %s, %s).',
                  digest, 'as sent' if digest == state.get('digest') else
                  f'NOT the {state.get("digest")} sent')
@@ -420,6 +422,7 @@ class LearnerNode:
     with self._locked('set_hyperparameters'):
       self._learner.set_hyperparameters(values)
       now = self._learner.hyperparameters
+      self._pbt_changed = True
     logging.info('learner: hyperparameters now %s.', now)
     return now
 
@@ -440,7 +443,10 @@ class LearnerNode:
                          self._learner.num_steps)
             first = False
           with self._lock:  # A whole copy or none in a checkpoint.
-            self._checkpointer.save()
+            # At once after a PBT change: a learner restarted from an older
+            # checkpoint would lose what the controller counts as done.
+            self._checkpointer.save(force=self._pbt_changed)
+            self._pbt_changed = False
       finally:
         with self._lock:
           self._checkpointer.save(force=True)
@@ -579,10 +585,13 @@ class EvaluatorNode:
         task, [node_seed(config, options, _EVAL_ENV, j) for j in range(k)],
         engine=config.env_engine, num_threads=config.env_threads,
         evaluation=True, **builder.environment_kwargs)
+    # Weights fetched at every round's start, whatever the actors' period:
+    # a round's returns are the weights of that moment (PBT's fitness
+    # counts only rounds that started after a copy).
     self._actor = builder.make_actor(
         builder.make_network(), None, variable_source,
         seed=node_seed(config, options, _EVAL_POLICY), num_envs=k,
-        batched=True)
+        batched=True, variable_update_period=1)
     self._counter = lifecycle.Retrying(counter, f'{self._label} -> counter')
     self._logger = loggers_lib.make_logger(
         self._label, options.logdir, steps_key='actor_steps',
@@ -685,7 +694,12 @@ class PBTControllerNode:
 
   Its state (generator, each agent's last evolution and copy) is JSON in
   `<logdir>/checkpoints/pbt/state.json`, written after each evolution: a
-  restarted controller, or a restored run, goes on from it.
+  restarted controller, or a restored run, goes on from it. An evolution
+  is done at least once: a controller killed between acting and saving
+  does that agent's evolution again (and logs it again). The learner
+  checkpoints at once after each change. Rounds are matched to copies by
+  wall-clock time (the controller's and the evaluator's clocks: one
+  machine locally, NTP-synced pods on Kubernetes).
   """
 
   def __init__(self, learners: Sequence, evaluators: Sequence[Sequence],
@@ -713,7 +727,7 @@ class PBTControllerNode:
                                     'state.json')
     self._rng = np.random.default_rng(seed)
     n = len(self._learners)
-    self._last_evolved = [0] * n
+    self._last_evolved = [pbt.NEVER] * n
     self._copied_at = [0.] * n
     self._evolutions = 0
     self._load()

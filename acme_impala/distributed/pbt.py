@@ -128,13 +128,19 @@ def evolve(agent: int, fitness: Sequence[float],
                   hyperparameters=explore(start, rng))
 
 
+NEVER = -1  # `last_evolved` of an agent that has not evolved yet.
+
+
 def due(learner_steps: Sequence[int], last_evolved: Sequence[int],
         interval: int, burn_in: int) -> Tuple[int, ...]:
-  """The agents due to evolve: past `burn_in` learner steps and at least
-  `interval` since their last evolution (or since the burn-in)."""
+  """The agents due to evolve: the first time once past `burn_in` learner
+  steps (no evolution before, Appendix F's burn-in), then each time
+  `interval` steps after their last evolution (`last_evolved`: the learner
+  step of it, or NEVER)."""
   return tuple(i for i, (steps, last) in enumerate(zip(learner_steps,
                                                        last_evolved))
-               if steps >= burn_in and steps - max(last, burn_in) >= interval)
+               if steps >= burn_in and (last == NEVER or
+                                        steps - last >= interval))
 
 
 def has_reference(env_id: str) -> bool:
