@@ -3,7 +3,7 @@ sharing experience with the trust region inside PBT help further (IMPALA
 Appendix F; LASER section 5 and Figure 3 right)?
 
 Four conditions, each a sweep of the same 4 agents (`--learning_rates`, the
-minatar preset's rate times 1/4, 1/2, 1 and 2), run with
+minatar preset's rate times `--lr_factors`: 1/4, 1/2, 1 and 2), run with
 `programs/laser_sweep_lp.py`, `--max_actor_steps` env steps per agent:
 
   impala         IMPALA agents (no replay), no PBT;
@@ -58,6 +58,9 @@ LR_FACTORS = (0.25, 0.5, 1., 2.)  # The population's learning rates.
 TRAIN_WINDOW = 100  # Training episodes per mean, as benchmarks/minatar.py.
 
 flags.DEFINE_string('game', 'Breakout', f'One of {list(minatar.GAMES)}.')
+flags.DEFINE_list('lr_factors', [f'{f:g}' for f in LR_FACTORS],
+                  "The population: one agent per factor of the preset's "
+                  'learning rate.')
 flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (one run per condition).')
 flags.DEFINE_list('conditions', list(CONDITIONS),
                   f'Conditions, of {list(CONDITIONS)}.')
@@ -88,7 +91,7 @@ def _logdir(condition, seed):
 
 def learning_rates():
   base = presets.get_config('minatar').learning_rate
-  return [f'{base * f:g}' for f in LR_FACTORS]
+  return [f'{base * float(f):g}' for f in FLAGS.lr_factors]
 
 
 def run(condition, seed):
@@ -180,7 +183,7 @@ def summarize():
             newline='') as f:
     writer = csv.writer(f)
     writer.writerow(['game', 'condition', 'seed'] +
-                    [f'agent_{i}' for i in range(len(LR_FACTORS))] +
+                    [f'agent_{i}' for i in range(len(FLAGS.lr_factors))] +
                     ['best', 'mean', 'exploits', 'explores'])
     for (condition, seed), (_, finals, (exploits, explores)) in sorted(
         results.items()):
@@ -188,7 +191,8 @@ def summarize():
                       [f'{v:.2f}' for v in finals] +
                       [f'{np.nanmax(finals):.2f}', f'{np.nanmean(finals):.2f}',
                        exploits, explores])
-  print(f'\npbt.py at {provenance.stamp()}: {FLAGS.game}, 4 agents '
+  print(f'\npbt.py at {provenance.stamp()}: {FLAGS.game}, '
+        f'{len(FLAGS.lr_factors)} agents '
         f'(learning rates {", ".join(learning_rates())}), '
         f'{FLAGS.max_actor_steps:,} env steps each; the mean return of each '
         f'agent\'s last {TRAIN_WINDOW} training episodes.\n')
@@ -245,6 +249,13 @@ def main(argv):
   if FLAGS.game not in minatar.GAMES:
     raise SystemExit(f'pbt.py: --game={FLAGS.game!r}: expected one of '
                      f'{list(minatar.GAMES)}.')
+  try:
+    factors = [float(f) for f in FLAGS.lr_factors]
+  except ValueError:
+    factors = []
+  if len(factors) < 2 or min(factors) <= 0:
+    raise SystemExit(f'pbt.py: --lr_factors={",".join(FLAGS.lr_factors)}: '
+                     'expected at least 2 positive numbers (a population).')
   bad = sorted(set(FLAGS.conditions) - set(CONDITIONS))
   if bad:
     raise SystemExit(f'pbt.py: --conditions: {bad}: expected some of '

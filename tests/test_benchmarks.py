@@ -89,9 +89,12 @@ SMALL = {
         program_flags='--noevaluator,--config.envs_per_actor=4',
         logroot=f'{_T}/multitask', outdir=f'{_T}/multitask_out'),
     # The condition with every part (shared replay, PBT); the others run
-    # the same program with fewer flags. Evolutions every 2 learner steps.
+    # the same program with fewer flags. Evolutions every 2 learner steps;
+    # 2 agents, not 4 (the same code at half the processes: 4.8 min on a
+    # loaded machine with 4).
     'benchmarks/pbt.py': dict(
         seeds='0', conditions='shared_pbt', max_actor_steps=3000,
+        lr_factors='0.5,1',
         pbt_interval_steps=2,
         program_flags='--config.envs_per_actor=4,--eval_episodes=2',
         logroot=f'{_T}/pbt', outdir=f'{_T}/pbt_out'),
