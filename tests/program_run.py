@@ -86,6 +86,13 @@ class Run:
       self._out.close()
     return self.proc.returncode
 
+  def kill_if_running(self) -> None:
+    """SIGKILL to the run's whole session if the launcher still runs: what
+    every test's `finally` does, so that a failing test leaves nothing."""
+    if self.proc.poll() is None:
+      os.killpg(self.proc.pid, signal.SIGKILL)
+      self.proc.wait()
+
   def leftovers(self):
     time.sleep(1)
     left = []

@@ -221,9 +221,7 @@ def pbt_run(tmp_path_factory):
         run.logdir, 'logs', f'agent_{i}', 'learner', 'logs.csv'))
                         for i in range(2)]
   finally:
-    if run.proc.poll() is None:
-      os.killpg(run.proc.pid, signal.SIGKILL)
-      run.proc.wait()
+    run.kill_if_running()
   return seen
 
 

@@ -95,8 +95,7 @@ def test_forked_nodes_die_with_a_killed_launcher(tmp_path):
     assert run.leftovers() == []
   finally:
     run._out.close()  # pylint: disable=protected-access
-    if run.proc.poll() is None:
-      os.killpg(run.proc.pid, signal.SIGKILL)
+    run.kill_if_running()
 
 
 # --- real runs ----------------------------------------------------------------
@@ -156,9 +155,7 @@ def faulted(tmp_path_factory):
     seen['out'] = run.output()
     seen['leftovers'] = run.leftovers()
   finally:
-    if run.proc.poll() is None:
-      os.killpg(run.proc.pid, signal.SIGKILL)
-      run.proc.wait()
+    run.kill_if_running()
   return seen
 
 
@@ -221,8 +218,7 @@ def test_node_killed_past_its_limit_stops_the_program(tmp_path):
     rc = run.finish(timeout=90)
     took = time.time() - killed_at
   finally:
-    if run.proc.poll() is None:
-      os.killpg(run.proc.pid, signal.SIGKILL)
+    run.kill_if_running()
   out = run.output()
   assert rc == 1, out[-5000:]
   assert re.search(r"node 'actor/0' killed by SIGKILL at [\d:]+; its restart "
@@ -246,8 +242,7 @@ def test_ctrl_c_while_a_node_restarts_exits_0_with_nothing_left(tmp_path):
     run.proc.send_signal(signal.SIGINT)
     rc = run.finish(timeout=90)
   finally:
-    if run.proc.poll() is None:
-      os.killpg(run.proc.pid, signal.SIGKILL)
+    run.kill_if_running()
   out = run.output()
   assert rc == 0, out[-5000:]
   assert 'stopping: stopped by the user (Ctrl-C)' in out
