@@ -125,16 +125,9 @@ def singletask_curves(seed):
   return out
 
 
-def _at(curve, x):
-  """The curve's value at its last point <= x (NaN before its first)."""
-  steps, means = curve
-  i = np.searchsorted(steps, x, side='right') - 1
-  return float(means[i]) if i >= 0 and np.isfinite(means[i]) else np.nan
-
-
 def on_grid(per_game, grid):
   """[P] suite score and {game: [P] mean} of `per_game` on `grid`."""
-  means = {g: np.array([_at(c, x) for x in grid])
+  means = {g: np.array([curves.value_at(c, x) for x in grid])
            for g, c in per_game.items()}
   score = np.array([
       multitask.suite_score({f'MinAtar/{g}-v1': means[g][p] for g in means})

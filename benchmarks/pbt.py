@@ -130,13 +130,6 @@ def agent_curves(logdir):
   return out
 
 
-def _at(curve, x):
-  """The curve's value at its last point <= x (NaN before its first)."""
-  steps, means = curve
-  i = np.searchsorted(steps, x, side='right') - 1
-  return float(means[i]) if i >= 0 and np.isfinite(means[i]) else np.nan
-
-
 def events(logdir):
   """(exploits, explores) in the run's pbt/events.csv (0, 0 without)."""
   rows = []
@@ -161,7 +154,7 @@ def summarize():
               f'{FLAGS.logroot}; left out.')
         continue
       per_agent = agent_curves(logdir)
-      values = np.array([[_at(c, x) for x in grid] for c in per_agent])
+      values = np.array([[curves.value_at(c, x) for x in grid] for c in per_agent])
       finals = np.array([float(m[-1]) if len(m) else np.nan
                          for _, m in per_agent])
       results[condition, seed] = (values, finals, events(logdir))

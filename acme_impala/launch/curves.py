@@ -362,6 +362,15 @@ def read_agents(logdir: str) -> List[Curves]:
 # Several runs on one grid.
 
 
+def value_at(curve: Tuple[np.ndarray, np.ndarray], x: float) -> float:
+  """`curve` = (steps [E] nondecreasing, values [E]): the value at its last
+  point <= x, NaN before its first point or where that value is not
+  finite."""
+  steps, values = curve
+  i = np.searchsorted(steps, x, side='right') - 1
+  return float(values[i]) if i >= 0 and np.isfinite(values[i]) else np.nan
+
+
 def finite_curve(x, y) -> Tuple[np.ndarray, np.ndarray]:
   """Sorted, finite (x, y) with one y per x (the last: after an x's every
   row, e.g. several evaluation episodes at one counter value)."""
