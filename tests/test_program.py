@@ -73,6 +73,7 @@ def _session_processes(sid):
 def test_make_program_runs_under_test_mt(tmp_path):
   import launchpad as lp  # pylint: disable=g-import-not-at-top
   from acme_impala.agent import presets  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import lifecycle  # pylint: disable=g-import-not-at-top
   from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
   config = presets.get_config('cartpole').replace(
       batch_size=8, unroll_length=10, lstm_size=16, envs_per_actor=2,
@@ -84,6 +85,8 @@ def test_make_program_runs_under_test_mt(tmp_path):
   assert set(program.groups) == {'replay', 'counter', 'coordinator',
                                  'learner', 'actor', 'evaluator'}
   assert local.launch_and_wait(program, logdir, 'test_mt') == 0
+  # The program's stop is not this process's: a later program's calls go out.
+  assert not lifecycle.stop_requested()
   learner = _rows(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
   assert learner and float(learner[-1]['learner_steps']) >= 1
   for key in ('loss', 'policy_loss', 'baseline_loss', 'entropy'):

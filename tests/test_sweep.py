@@ -223,7 +223,8 @@ def test_the_docs_sweep_command_builds_a_sweep_a_pod_rebuilds(tmp_path):
   the same graph. A one-agent grid and a config file a pod cannot read are
   refused in one line."""
   command, = [c for doc, c in docs_commands.documented_commands()
-              if doc == 'docs/laser.md' and '--learning_rates' in c]
+              if doc == 'docs/laser.md' and '--learning_rates' in c
+              and 'train.sh' in c]
   flags_of_docs = [a for a in shlex.split(command) if a.startswith('--')]
   mine = tmp_path / 'mine.py'
   mine.write_text('from acme_impala.agent import presets\n'

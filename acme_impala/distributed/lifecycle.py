@@ -115,6 +115,18 @@ def _on_stop():
   _STOPPING.set()
 
 
+def forget_stop() -> None:
+  """Forgets a finished thread-based program's stop in this process.
+
+  Launchpad calls the stop handler process-wide; without this, a process
+  that ran a `local_mt`/`test_mt` program would refuse every later client
+  call (`Retrying`) as if its next program were stopping too.
+  """
+  import launchpad as lp  # pylint: disable=g-import-not-at-top
+  lp.unregister_stop_handler(_on_stop)
+  _STOPPING.clear()
+
+
 def stop_requested() -> bool:
   """True once this program has been asked to stop (any launch type)."""
   if _STOPPING.is_set():

@@ -78,6 +78,8 @@ def launch_and_wait(program, logdir: str,
   except Exception as error:  # pylint: disable=broad-except
     # Thread-based launches re-raise a node's exception here.
     crashed = error
+  finally:
+    lifecycle.forget_stop()
   failures = lifecycle.read_failures(status_dir)
   if failures:
     for message in failures:
