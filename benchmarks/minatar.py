@@ -8,8 +8,9 @@ no frame skip: steps are frames), one run at a time, and writes under
   minatar_<game>_s<seed>.csv  per seed, one row per `--points` grid point:
                               env steps, wall seconds, mean return of the
                               last 100 training episodes, evaluator return
-                              (mean of its last 10 episodes), the run's
-                              commit and CPU;
+                              (mean of its last 10 episodes), learner steps
+                              (CSVs written before 2026-11-26 lack them),
+                              the run's commit and CPU;
   minatar_<game>.png          mean over seeds with the min-max band, and
                               the MinAtar paper's AC(lambda) at 5M steps;
   minatar_summary.csv, and a Markdown table printed at the end: final
@@ -71,6 +72,12 @@ flags.DEFINE_string('baseline_logroot', None,
                     "run's budget is the target, and a second table gives "
                     'the env steps and learner steps each took to reach it '
                     "(LASER's data efficiency).")
+flags.DEFINE_string('baseline_outdir', None,
+                    'Per-seed CSVs of the baseline (e.g. '
+                    'benchmarks/results/minatar), for the game x seed '
+                    'whose run is not under --baseline_logroot (run on '
+                    'another machine, its CSV committed). Its points are '
+                    "the CSV's grid (1/100 of its budget apart).")
 FLAGS = flags.FLAGS
 
 _DONE = program_runs.DONE
@@ -104,13 +111,6 @@ def _train_curve(logdir):
   return steps, curves.moving_mean(returns, TRAIN_WINDOW)
 
 
-def _first_reach(steps, means, target):
-  """The first env step whose 100-episode mean (a full window) reaches
-  `target`, or None."""
-  hits = np.flatnonzero(means[TRAIN_WINDOW - 1:] >= target)
-  return float(steps[TRAIN_WINDOW - 1 + hits[0]]) if len(hits) else None
-
-
 def _learner_steps_at(logdir, env_steps):
   rows = curves.read_csv(os.path.join(logdir, 'logs', 'learner', 'logs.csv'))
   if env_steps is None or not len(rows.get('actor_steps', [])):
@@ -119,46 +119,116 @@ def _learner_steps_at(logdir, env_steps):
                          rows['learner_steps']))
 
 
-def efficiency(logdir, baseline_logdir, budget):
-  """LASER's data efficiency of one run against its baseline: the target
-  (the baseline's 100-episode training mean at `budget` env steps), the env
-  steps and learner steps each took to reach it, and each one's learner
-  steps at the budget."""
-  base_steps, base_means = _train_curve(baseline_logdir)
-  at = np.searchsorted(base_steps, budget, side='right') - 1
-  if at < TRAIN_WINDOW - 1:
-    raise ValueError(f'{baseline_logdir}: fewer than {TRAIN_WINDOW} '
-                     f'training episodes by {budget:,} env steps.')
-  target = float(base_means[at])
-  steps, means = _train_curve(logdir)
-  reached = _first_reach(steps, means, target)
-  base_reached = _first_reach(base_steps, base_means, target)
+class RunCurve:
+  """A run's 100-episode training mean and learner steps over env steps,
+  read from its run directory (every episode end)."""
+
+  def __init__(self, logdir):
+    self.name = logdir
+    self.steps, self.means = _train_curve(logdir)
+    self.full_from = TRAIN_WINDOW - 1  # First entry with a full window.
+    self._logdir = logdir
+
+  def learner_steps_at(self, env_steps):
+    return _learner_steps_at(self._logdir, env_steps)
+
+  def mean_at(self, env_steps):
+    """The 100-episode mean of the last episode by `env_steps`."""
+    at = np.searchsorted(self.steps, env_steps, side='right') - 1
+    if at < self.full_from:
+      raise ValueError(f'{self.name}: fewer than {TRAIN_WINDOW} training '
+                       f'episodes by {env_steps:,} env steps.')
+    return float(self.means[at])
+
+
+class CsvCurve:
+  """The same from a per-seed CSV (`_write_csv`): its grid points, each a
+  mean over the last 100 episodes (the first point, at 0 steps, left out)."""
+
+  def __init__(self, path):
+    self.name = path
+    columns = curves.read_csv(path)
+    self.steps = columns['env_steps'][1:]
+    self.means = columns['train_return_mean100'][1:]
+    self.full_from = 0
+    self._learner = columns.get('learner_steps')
+    if self._learner is not None:
+      self._learner = self._learner[1:]
+
+  def learner_steps_at(self, env_steps):
+    if env_steps is None or self._learner is None:
+      return None
+    return float(np.interp(env_steps, self.steps, self._learner))
+
+  def mean_at(self, env_steps):
+    """Interpolated between grid points (a budget falls between two)."""
+    if not len(self.steps) or env_steps > self.steps[-1]:
+      raise ValueError(f'{self.name}: its points end before {env_steps:,} '
+                       'env steps.')
+    return float(np.interp(env_steps, self.steps, self.means))
+
+
+def _first_reach(curve, target):
+  """The first env step whose 100-episode mean (a full window) reaches
+  `target`, or None."""
+  hits = np.flatnonzero(curve.means[curve.full_from:] >= target)
+  return (float(curve.steps[curve.full_from + hits[0]]) if len(hits)
+          else None)
+
+
+def efficiency(logdir, baseline, budget):
+  """LASER's data efficiency of the run in `logdir` against `baseline` (a
+  RunCurve or CsvCurve): the target (the baseline's 100-episode training
+  mean at `budget` env steps), the env steps and learner steps each took to
+  reach it, and each one's learner steps at the budget (None: not reached,
+  or a baseline CSV without learner steps)."""
+  target = baseline.mean_at(budget)
+  run = RunCurve(logdir)
+  reached = _first_reach(run, target)
+  base_reached = _first_reach(baseline, target)
   return dict(target=target, reached=reached,
-              learner_steps_to_target=_learner_steps_at(logdir, reached),
-              learner_steps_at_budget=_learner_steps_at(logdir, budget),
+              learner_steps_to_target=run.learner_steps_at(reached),
+              learner_steps_at_budget=run.learner_steps_at(budget),
               baseline_reached=base_reached,
-              baseline_learner_steps_to_target=_learner_steps_at(
-                  baseline_logdir, base_reached),
-              baseline_learner_steps_at_budget=_learner_steps_at(
-                  baseline_logdir, budget))
+              baseline_learner_steps_to_target=baseline.learner_steps_at(
+                  base_reached),
+              baseline_learner_steps_at_budget=baseline.learner_steps_at(
+                  budget),
+              baseline=baseline.name)
+
+
+def _baseline(game, seed):
+  """The baseline of game x seed: its run under --baseline_logroot, else
+  its CSV in --baseline_outdir, else None."""
+  if FLAGS.baseline_logroot:
+    logdir = os.path.join(FLAGS.baseline_logroot, f'{game}_s{seed}')
+    if os.path.exists(os.path.join(logdir, _DONE)):
+      return RunCurve(logdir)
+  if FLAGS.baseline_outdir:
+    path = os.path.join(FLAGS.baseline_outdir, f'minatar_{game}_s{seed}.csv')
+    if os.path.exists(path):
+      return CsvCurve(path)
+  return None
 
 
 def summarize_efficiency(records):
   """The second table (--baseline_logroot), and minatar_efficiency.csv."""
   def count(v):
     return 'not reached' if v is None else f'{v:,.0f}'
+
+  def learner(v, reached):
+    return '–' if v is None and reached is not None else count(v)
   rows = []
   for r in records:
-    baseline = os.path.join(FLAGS.baseline_logroot,
-                            f'{r["game"]}_s{r["seed"]}')
-    if not os.path.exists(os.path.join(baseline, _DONE)):
-      print(f'minatar.py: no finished baseline run {baseline}; '
-            f'{r["game"]} seed {r["seed"]} left out of the comparison.')
+    baseline = _baseline(r['game'], r['seed'])
+    if baseline is None:
+      print(f'minatar.py: no baseline run or CSV for {r["game"]} seed '
+            f'{r["seed"]}; left out of the comparison.')
       continue
     try:
       rows.append(dict(game=r['game'], seed=r['seed'], **efficiency(
           _logdir(r['game'], r['seed']), baseline, r['max_actor_steps'])))
-    except ValueError as error:  # Too short a baseline to give a target.
+    except ValueError as error:  # A baseline too short to give a target.
       print(f'minatar.py: {error} {r["game"]} seed {r["seed"]} left out of '
             'the comparison.')
   if not rows:
@@ -168,20 +238,24 @@ def summarize_efficiency(records):
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-  print(f'\nAgainst {FLAGS.baseline_logroot} at the same env steps: the '
-        "target is the baseline's mean of the last 100 training episodes "
-        'there.\n')
+  sources = ', '.join(f for f in (FLAGS.baseline_logroot,
+                                  FLAGS.baseline_outdir) if f)
+  print(f'\nAgainst {sources} at the same env steps: the target is the '
+        "baseline's mean of the last 100 training episodes there "
+        '(minatar_efficiency.csv names each baseline). "–": a baseline CSV '
+        'without learner steps.\n')
   print('| game | seed | target | baseline: env steps / learner steps to '
         'it | these runs: env steps / learner steps to it | learner steps '
         'at the budget: baseline / these |')
   print('|---|---|---:|---:|---:|---:|')
   for e in rows:
+    base_to = learner(e['baseline_learner_steps_to_target'],
+                      e['baseline_reached'])
+    base_at = learner(e['baseline_learner_steps_at_budget'], 0)
     print(f"| {e['game']} | {e['seed']} | {e['target']:.1f} | "
-          f"{count(e['baseline_reached'])} / "
-          f"{count(e['baseline_learner_steps_to_target'])} | "
+          f"{count(e['baseline_reached'])} / {base_to} | "
           f"{count(e['reached'])} / {count(e['learner_steps_to_target'])} | "
-          f"{count(e['baseline_learner_steps_at_budget'])} / "
-          f"{count(e['learner_steps_at_budget'])} |")
+          f"{base_at} / {count(e['learner_steps_at_budget'])} |")
 
 
 def seed_curve(logdir):
@@ -202,7 +276,12 @@ def seed_curve(logdir):
 
   seconds = (np.interp(grid, learner.env_steps, learner.seconds)
              if len(learner.env_steps) else np.full_like(grid, np.nan))
+  rows = curves.read_csv(os.path.join(logs, 'learner', 'logs.csv'))
+  learner_steps = (np.interp(grid, rows['actor_steps'], rows['learner_steps'])
+                   if len(rows.get('actor_steps', [])) else
+                   np.full_like(grid, np.nan))
   return dict(env_steps=grid, wall_seconds=seconds,
+              learner_steps=learner_steps,
               train_return_mean100=at(t_steps, train, grid),
               eval_return_mean10=at(e_steps, evaluation, grid),
               final_train=float(train[-1]) if len(train) else float('nan'),
@@ -212,7 +291,7 @@ def seed_curve(logdir):
 def _write_csv(path, columns, record):
   """One row per grid point, each naming the run's commit and CPU."""
   keys = ['env_steps', 'wall_seconds', 'train_return_mean100',
-          'eval_return_mean10']
+          'eval_return_mean10', 'learner_steps']
   with open(path, 'w', newline='') as f:
     writer = csv.writer(f)
     writer.writerow(keys + ['commit', 'cpu'])
@@ -221,17 +300,32 @@ def _write_csv(path, columns, record):
                       [record['commit'], record['cpu']])
 
 
-def _draw(game, seed_curves, path):
+def _label(program_flags):
+  """What the runs are: the preset and the flags added to it."""
+  return ' '.join(['--config=minatar'] + list(program_flags))
+
+
+def _draw(game, seed_curves, path, label, baseline=None):
+  """Mean over seeds with the min-max band; `baseline`: the seed curves
+  of --baseline_outdir, drawn the same way up to these runs' budget."""
   from matplotlib import figure  # pylint: disable=g-import-not-at-top
   from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
   fig = figure.Figure(figsize=(7., 4.5), dpi=100, layout='constrained')
   backend_agg.FigureCanvasAgg(fig)
   ax = fig.add_subplot()
-  spread = curves.mean_and_spread(
-      [(c['env_steps'], c['train_return_mean100']) for c in seed_curves])
-  ax.fill_between(spread.x, spread.low, spread.high, alpha=0.25,
-                  label=f'min-max over {len(seed_curves)} seeds')
-  ax.plot(spread.x, spread.mean, label='IMPALA (--config=minatar), mean')
+  budget = max(c['env_steps'][-1] for c in seed_curves)
+  base_name = 'baseline ' + os.path.basename(
+      os.path.normpath(FLAGS.baseline_outdir or ''))
+  for curves_, name in ((seed_curves, label), (baseline or [], base_name)):
+    if not curves_:
+      continue
+    spread = curves.mean_and_spread(
+        [(c['env_steps'], c['train_return_mean100']) for c in curves_])
+    keep = spread.x <= budget * 1.001
+    ax.fill_between(spread.x[keep], spread.low[keep], spread.high[keep],
+                    alpha=0.25,
+                    label=f'{name}: min-max over {len(curves_)} seeds')
+    ax.plot(spread.x[keep], spread.mean[keep], label=f'{name}, mean')
   ax.axhline(AC_LAMBDA_5M[game], color='k', linestyle='--',
              label=f'AC(lambda) at 5M (Young and Tian 2019): '
              f'{AC_LAMBDA_5M[game]:g}')
@@ -242,13 +336,13 @@ def _draw(game, seed_curves, path):
   fig.savefig(path)
 
 
-def kept_seeds(game, present):
+def kept_seeds(game, present, outdir=None):
   """[(record, curve)] of the seeds of `game` whose per-seed CSV is in
-  --outdir but whose run is not among `present` (seeds run on another
-  machine or in another session, their CSVs committed): the table, picture
-  and summary cover every seed the outdir holds."""
+  `outdir` (default --outdir) but whose run is not among `present` (seeds
+  run on another machine or in another session, their CSVs committed): the
+  table, picture and summary cover every seed the outdir holds."""
   out = []
-  for path in sorted(glob.glob(os.path.join(FLAGS.outdir,
+  for path in sorted(glob.glob(os.path.join(outdir or FLAGS.outdir,
                                             f'minatar_{game}_s*.csv'))):
     seed = int(re.fullmatch(r'.*_s(\d+)\.csv', path).group(1))
     if seed in present:
@@ -283,8 +377,13 @@ def summarize(records):
                   key=lambda run: int(run[0]['seed']))
     if not runs:
       continue
+    baseline = ([c for _, c in kept_seeds(game, set(),
+                                          FLAGS.baseline_outdir)]
+                if FLAGS.baseline_outdir else None)
     _draw(game, [c for _, c in runs],
-          os.path.join(FLAGS.outdir, f'minatar_{game}.png'))
+          os.path.join(FLAGS.outdir, f'minatar_{game}.png'),
+          _label(runs[0][0].get('program_flags', FLAGS.program_flags)),
+          baseline)
     finals = np.array([c['final_train'] for _, c in runs])
     minutes = np.array([r['wall_seconds'] / 60 for r, _ in runs])
     rate = np.array([r['max_actor_steps'] / r['wall_seconds']
@@ -345,7 +444,7 @@ def main(argv):
                      f'{FLAGS.logroot} and no per-seed CSVs in '
                      f'{FLAGS.outdir} to summarise.')
   summarize(records)
-  if FLAGS.baseline_logroot:
+  if FLAGS.baseline_logroot or FLAGS.baseline_outdir:
     summarize_efficiency(records)
 
 

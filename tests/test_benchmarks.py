@@ -73,13 +73,14 @@ SMALL = {
     'benchmarks/soak.py': dict(minutes=0.4, warmup_minutes=0.1,
                                sample_every_s=2, tolerance_mb_per_min=1e6,
                                logdir=f'{_T}/soak'),
-    # Its own runs as the baseline: the comparison's code runs too. One
-    # seed of one game: any seed runs the same code.
+    # Its own per-seed CSV as the baseline (written before the comparison
+    # reads it): the comparison's code runs too. One seed of one game: any
+    # seed runs the same code.
     'benchmarks/minatar.py': dict(games='Breakout', seeds='0',
                                   max_actor_steps=3000,
                                   logroot=f'{_T}/minatar',
                                   outdir=f'{_T}/minatar_out',
-                                  baseline_logroot=f'{_T}/minatar'),
+                                  baseline_outdir=f'{_T}/minatar_out'),
     # Any number of episodes runs the same code.
     'benchmarks/minatar_random.py': dict(episodes=3),
     # One actor per game, no evaluators: the summary reads the actors'
