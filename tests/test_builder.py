@@ -460,3 +460,28 @@ def test_the_learner_init_seed_is_the_config_seed_and_agent():
   assert seed != nodes.learner_init_seed(
       config, program.RunOptions(logdir='/x', max_actor_steps=1,
                                  agent='agent_1', agent_index=1))
+
+
+def test_replay_readiness_call_cut_by_the_server_dying_is_an_outage():
+  """Reverb's client raises a bare RuntimeError('Socket closed') when the
+  replay's process dies during server_info (CI: a SIGKILLed replay failed
+  the LASER learner, which must wait the outage out): ReplayReady says
+  ServerAway, a ReverbError that MixedBatches waits out; other
+  RuntimeErrors stay failures."""
+  ready = datasets.ReplayReady('localhost:1', 'replay', 1, 1000)
+
+  class Client:
+    def __init__(self, error):
+      self.error = error
+
+    def server_info(self, timeout):
+      del timeout
+      raise self.error
+  ready._client = Client(RuntimeError('Socket closed'))  # pylint: disable=protected-access
+  with pytest.raises(datasets.ServerAway, match='localhost:1: Socket closed'):
+    ready()
+  assert datasets.MixedBatches._unavailable(datasets.ServerAway('x'))  # pylint: disable=protected-access
+  ready._client = Client(RuntimeError('table replay not found'))  # pylint: disable=protected-access
+  with pytest.raises(RuntimeError, match='table replay not found'):
+    ready()
+  assert not datasets.is_transport_failure(RuntimeError('a real bug'))

@@ -217,8 +217,32 @@ class ReplayReady:
   def __call__(self) -> bool:
     if self._client is None:
       self._client = reverb.Client(self._address)
-    info = self._client.server_info(timeout=self._timeout_s)
+    try:
+      info = self._client.server_info(timeout=self._timeout_s)
+    except RuntimeError as error:
+      if not is_transport_failure(error):
+        raise
+      raise ServerAway(f'{self._address}: {error}') from error
     return info[self._table].current_size >= self._min_size
+
+
+class ServerAway(reverb.errors.ReverbError):
+  """A Reverb call that failed because the server went away mid-call."""
+
+
+# What gRPC says when the server's process dies during a call; Reverb's
+# client raises them as bare RuntimeErrors (seen: "Socket closed", from
+# server_info while the replay node was SIGKILLed and restarted).
+_TRANSPORT_FAILURES = ('socket closed', 'connection reset', 'broken pipe',
+                       'failed to connect', 'connection refused',
+                       'unavailable')
+
+
+def is_transport_failure(error: Exception) -> bool:
+  """Whether `error` (a RuntimeError of Reverb's client) says the server
+  went away, not that the call was wrong."""
+  message = str(error).lower()
+  return any(m in message for m in _TRANSPORT_FAILURES)
 
 
 class EpisodeWalks:
