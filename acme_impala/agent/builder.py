@@ -28,6 +28,7 @@ from acme_impala.agent import config as config_lib
 from acme_impala.agent import datasets
 from acme_impala.agent import learning
 from acme_impala.agent import networks as networks_lib
+from acme_impala.agent import replicas
 from acme_impala.agent import types
 from acme_impala.envs import multitask
 
@@ -74,6 +75,26 @@ class IMPALABuilder:
     return cls(config, environment_spec, agent_id=agent_id,
                queue_table=f'{types.QUEUE_TABLE}_{agent_id}',
                replay_table=replay)
+
+  def for_replica_group(self, num_learners: int) -> 'IMPALABuilder':
+    """This agent as seen by one of `num_learners` synchronous learner
+    replicas (agent/replicas.py): the same tables, each learner batch a
+    1/num_learners share (B / K rows: B(1-f) / K online, Bf / K replayed).
+    ValueError when the batch does not split so."""
+    config = self._config
+    replayed = config.num_replayed
+    if (num_learners < 1 or config.batch_size % num_learners or
+        replayed % num_learners):
+      raise ValueError(
+          f'num_learners={num_learners!r} does not split a learner batch of '
+          f'batch_size={config.batch_size} rows ({config.num_online} online, '
+          f'{replayed} replayed) into equal shares; expected a divisor of '
+          'both counts.')
+    share = config.replace(batch_size=config.batch_size // num_learners)
+    assert share.num_replayed == replayed // num_learners, (share, replayed)
+    return IMPALABuilder(share, self._spec, agent_id=self._agent_id,
+                         queue_table=self._queue_table,
+                         replay_table=self._replay_table)
 
   @property
   def config(self) -> config_lib.IMPALAConfig:
@@ -393,10 +414,14 @@ class IMPALABuilder:
       iterator: Iterator,
       counter: Optional[counting.Counter] = None,
       logger: Optional[loggers.Logger] = None,
+      replica_group: Optional[replicas.Group] = None,
   ) -> learning.IMPALALearner:
+    """The learner; `replica_group`: one of K synchronous replicas (this
+    builder then being `for_replica_group(K)`'s)."""
     return learning.IMPALALearner(network, iterator, self._config,
                                   counter=counter, logger=logger,
-                                  agent_id=self._agent_id)
+                                  agent_id=self._agent_id,
+                                  replica_group=replica_group)
 
 
 def make_server_tables(builders: Sequence[IMPALABuilder],

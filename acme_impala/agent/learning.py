@@ -43,6 +43,7 @@ from acme_impala.agent import compat
 from acme_impala.agent import config as config_lib
 from acme_impala.agent import losses
 from acme_impala.agent import networks
+from acme_impala.agent import replicas
 from acme_impala.agent import tf_calls
 from acme_impala.agent import trust_region
 from acme_impala.agent import types
@@ -214,6 +215,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
       counter: Optional[counting.Counter] = None,
       logger: Optional[loggers.Logger] = None,
       agent_id: int = 0,
+      replica_group: Optional[replicas.Group] = None,
   ):
     """Creates the learner.
 
@@ -229,11 +231,22 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
       logger: Acme logger for the metrics.
       agent_id: this learner's agent within a sweep; replay staleness is
         measured on the rows its own actors wrote (extras['agent_id']).
+      replica_group: this learner as one of K synchronous replicas (see
+        replicas.py): `config` is then the replica's share (batch_size
+        B / K), every step's gradient is the whole batch's, summed over
+        the group, and `sync_replicas` gives each replica replica 0's
+        training state. None: one learner.
     """
     self._network = network
     self._iterator = iterator
     self._config = config
     self._agent_id = agent_id
+    self._replicas = replica_group
+    if replica_group is not None and config.compile_mode == 'full':
+      raise ValueError(
+          "compile_mode='full' cannot run a replica of synchronous learners: "
+          'XLA on CPU has no collective ops; use '
+          "compile_mode='vtrace_and_optimizer' or 'none'.")
     self._counter = counter or counting.Counter(prefix='learner')
     self._logger = logger or loggers.TerminalLogger('learner', time_delta=1.)
 
@@ -370,6 +383,10 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
           values[:-1], values[-1], mask=mask, relevance_mask=trust_mask,
           entropy_mask=entropy_mask)
     gradients = tape.gradient(loss, self._variables)
+    if self._replicas is not None:
+      gradients = replicas.combine_gradients(
+          gradients, metrics['num_valid_steps'], cfg.loss_reduction,
+          self._replicas.gradient_sum)
     grad_norm = self._apply_fn(gradients)
     self._num_steps.assign_add(1)
     if walking:
@@ -486,9 +503,12 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     rows = np.asarray(online, bool)
     num_online = int(rows.sum())
     num_replayed = int(rows.size) - num_online
+    # A group of replicas takes one step: replica 0 counts it; every
+    # replica counts its rows.
+    first = self._replicas is None or self._replicas.index == 0
     counts = self._counter.increment(
-        steps=1, walltime=elapsed, online_rows=num_online,
-        replayed_rows=num_replayed)
+        steps=int(first), walltime=elapsed if first else 0.,
+        online_rows=num_online, replayed_rows=num_replayed)
     metrics = {k: float(v) for k, v in metrics.items()}
     total = self._wait_time + self._busy_time
     # Only the counts this learner's rows are about: a fixed set of columns.
@@ -499,8 +519,10 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     metrics['compile_time_s'] = self._compile_time
     metrics['timestamp'] = end
     metrics['steps_per_second'] = 1. / elapsed if elapsed > 0 else 0.
+    # The group's batch: each of K replicas learns from B / K rows.
     metrics['samples_per_second'] = metrics['steps_per_second'] * (
-        self._config.batch_size)
+        self._config.batch_size * (self._replicas.size if self._replicas
+                                   else 1))
     metrics['queue_wait_fraction'] = self._wait_time / total if total else 0.
     metrics['online_rows'] = num_online
     metrics['replayed_rows'] = num_replayed
@@ -595,6 +617,29 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         (networks.weights_digest(network) +
          networks.weights_digest(slots)).encode()
     ).hexdigest()[:16]
+
+  def sync_replicas(self) -> str:
+    """Every replica of the group takes replica 0's weights, RMSProp slots,
+    step count and hyperparameters (a restored or freshly made replica 0
+    decides where the group starts); returns the training-state digest,
+    equal on every replica. Called by every replica at once."""
+    if self._replicas is None:
+      raise ValueError('sync_replicas: this learner is not a replica '
+                       '(replica_group=None).')
+    network, slots = self._copied_variables()
+    variables = (network + slots + [self._num_steps] +
+                 list(self._hyperparameters.values()))
+    group = self._replicas
+
+    @tf.function(autograph=False)
+    def sync():
+      values = replicas.from_first([v.read_value() for v in variables],
+                                   tf.constant(group.index == 0),
+                                   group.state_sum)
+      for variable, value in zip(variables, values):
+        variable.assign(value)
+    sync()
+    return self.training_state_digest()
 
   @property
   def walk_states(self):

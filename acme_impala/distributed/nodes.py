@@ -20,6 +20,7 @@ import csv
 import io
 import json
 import os
+import sys
 import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -38,6 +39,8 @@ from acme_impala.agent import adders as adders_lib
 from acme_impala.agent import builder as builder_lib
 from acme_impala.agent import loops
 from acme_impala.agent import networks as networks_lib
+from acme_impala.agent import replicas as replicas_lib
+from acme_impala.distributed import collective
 from acme_impala.distributed import lifecycle
 from acme_impala.distributed import loggers as loggers_lib
 from acme_impala.distributed import pbt
@@ -51,6 +54,9 @@ from acme_impala.envs import registry
 # Seconds a PBT call waits for the learner's step to end (the courier
 # client's timeout, program.LEARNER_CLIENT_KWARGS, is 5 s).
 PBT_LOCK_TIMEOUT_S = 4.
+# A learner replica's exit status when its group lost a member (it is
+# restarted with the group; EX_TEMPFAIL: try again).
+EXIT_REPLICA_LOST = 75
 # Evaluation rounds an evaluator keeps for PBT's fitness (`recent_rounds`).
 RECENT_ROUNDS = 10
 
@@ -317,8 +323,19 @@ class LearnerNode:
   """IMPALALearner serving variables over courier, checkpointing, stoppable."""
 
   def __init__(self, builder: builder_lib.IMPALABuilder,
-               replay: reverb.Client, counter: counting.Counter, options):
+               replay: reverb.Client, counter: counting.Counter, options,
+               replica: int = 0):
     self._options = options
+    self._replica = replica
+    group = None
+    if options.num_learners > 1:
+      # Before this process's first TensorFlow op (collective.join).
+      self._strategy = collective.join(
+          collective.addresses_from_env(options.num_learners), replica)
+      group = replicas_lib.Group.collective(replica, options.num_learners)
+      builder = builder.for_replica_group(options.num_learners)
+    self._group = group
+    self._label = learner_label(options, replica)
     # The same --config.seed gives the same initial weights (a restarted
     # learner restores its checkpoint over them).
     init_seed = learner_init_seed(builder.config, options)
@@ -345,15 +362,23 @@ class LearnerNode:
         counter=counting.Counter(
             lifecycle.Retrying(counter, 'learner -> counter'), 'learner'),
         logger=loggers_lib.make_logger(
-            options.label('learner'), options.logdir,
+            self._label, options.logdir,
             steps_key='learner_steps',
             terminal_time_delta=5.0, csv_time_delta=1.0,
-            tensorboard_time_delta=1.0))
+            tensorboard_time_delta=1.0),
+        replica_group=group)
     # Checkpoint the TF state (network, optimiser, step), not the Python
     # object: Acme's Checkpointer would call Learner.save() otherwise.
-    self._checkpointer = _checkpointer(
-        self._learner.state, 'learner', options,
-        builder.config.checkpoint_period_minutes)
+    # Replicas hold replica 0's state: it alone checkpoints, and the group
+    # starts from what it restored (sync_replicas).
+    self._checkpointer = (
+        _checkpointer(self._learner.state, 'learner', options,
+                      builder.config.checkpoint_period_minutes)
+        if replica == 0 else _NoCheckpoints())
+    if group is not None:
+      digest = self._learner.sync_replicas()
+      logging.info('learner replica %d of %d: training state %s, as '
+                   'replica 0 holds it.', replica, group.size, digest)
     logging.info('learner: starting at learner step %d.',
                  self._learner.num_steps)
 
@@ -426,9 +451,41 @@ class LearnerNode:
     logging.info('learner: hyperparameters now %s.', now)
     return now
 
+  def _replica_lost(self, error: Exception) -> None:
+    """A collective of the group failed while the program runs: a replica
+    is gone (MultiWorkerMirroredStrategy's health check aborts the
+    collectives of the others). A synchronous group cannot continue short:
+    this process checkpoints (replica 0) and exits with
+    EXIT_REPLICA_LOST, for its supervisor (local or Kubernetes) to restart
+    it; the group re-forms and continues from replica 0's checkpoint."""
+    logging.error('%s: the learner group lost a replica (%s: %s); '
+                  'checkpointing and exiting with status %d to restart '
+                  'with the group.', self._label, type(error).__name__,
+                  error, EXIT_REPLICA_LOST)
+    try:
+      self._checkpointer.save(force=True)
+    finally:
+      logging.flush()
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(EXIT_REPLICA_LOST)  # pylint: disable=protected-access
+
+  def _abort_collectives_on_stop(self) -> None:
+    """A replica waiting in a collective for one that already stopped
+    would wait out the termination notice and miss its final checkpoint:
+    on the program's stop, this process's collectives end at once."""
+    def watch():
+      while not lifecycle.stop_requested():
+        time.sleep(0.2)
+      collective.abort('the program is stopping')
+    threading.Thread(target=watch, daemon=True,
+                     name='abort-collectives-on-stop').start()
+
   def run(self):
     def loop():
       first = True
+      if self._group is not None:
+        self._abort_collectives_on_stop()
       try:
         while not lp.wait_for_stop(0):
           self._let_calls_in()
@@ -437,6 +494,10 @@ class LearnerNode:
               self._learner.step()
           except StopIteration:
             break  # The program is stopping (datasets.BackgroundIterator).
+          except collective.ERRORS as error:
+            if self._group is None or lifecycle.stop_requested():
+              raise
+            self._replica_lost(error)
           if first:
             # benchmarks/startup.py times the launch to this line.
             logging.info('learner: first step done (learner step %d).',
@@ -452,8 +513,22 @@ class LearnerNode:
           self._checkpointer.save(force=True)
         logging.info('learner: checkpointed at learner step %d.',
                      self._learner.num_steps)
-    lifecycle.run_guarded(self._options.label('learner'),
-                          self._options.status_dir, loop)
+    lifecycle.run_guarded(self._label, self._options.status_dir, loop)
+
+
+class _NoCheckpoints:
+  """A learner replica other than 0: replica 0 checkpoints the group."""
+
+  def save(self, force: bool = False) -> bool:
+    del force
+    return False
+
+
+def learner_label(options, replica: int) -> str:
+  """Replica 0 is the learner (its logs, checkpoints and failure label);
+  replica k > 0 of a group logs as `learner_replica_<k>`."""
+  return options.label('learner' if replica == 0 else
+                       f'learner_replica_{replica}')
 
 
 def pack_arrays(arrays: Sequence[np.ndarray]) -> bytes:

@@ -66,6 +66,10 @@ class RunOptions:
   agent: str = ''
   # Agent index within a sweep: folded into every seed of the agent.
   agent_index: int = 0
+  # Synchronous learner replicas (IMPALA Fig. 1 right): the learner group
+  # has this many nodes, each learning from a 1/num_learners share of every
+  # batch (agent/replicas.py).
+  num_learners: int = 1
 
   def label(self, name: str) -> str:
     return f'{self.agent}/{name}' if self.agent else name
