@@ -211,6 +211,41 @@ def test_render_atari_256_actors(atari_256):
   assert pvc['spec']['storageClassName'] == 'standard-rwx'
 
 
+def test_render_four_learner_replicas(tmp_path):
+  """Issue 40: --num_learners=4 renders a learner group of 4 indices whose
+  pods open the collective's port (container, Service and NetworkPolicy),
+  the flag forwarded so that every pod rebuilds the same graph."""
+  result = _render(tmp_path, '--config=atari', '--num_learners=4',
+                   '--num_actors=8', '--max_actor_steps=10000000')
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp_path / 't1.yaml') as f:
+    objects = list(yaml.safe_load_all(f))
+  jobs = {o['metadata']['name']: o for o in objects if o['kind'] == 'Job'}
+  learner = jobs[naming.job_name('t1', 'learner', 4)]
+  spec = learner['spec']
+  assert spec['completions'] == spec['parallelism'] == 4
+  assert spec['completionMode'] == 'Indexed'
+  container = spec['template']['spec']['containers'][0]
+  assert '--num_learners=4' in container['command']
+  assert {p['containerPort'] for p in container['ports']} == {
+      naming.PORT, naming.COLLECTIVE_PORT}
+  service, = [o for o in objects if o['kind'] == 'Service' and
+              o['metadata']['name'] == learner['metadata']['name']]
+  assert naming.COLLECTIVE_PORT in {p['port'] for p in service['spec'][
+      'ports']}
+  policy, = [o for o in objects if o['kind'] == 'NetworkPolicy']
+  assert {p['port'] for p in policy['spec']['ingress'][0]['ports']} == {
+      naming.PORT, naming.COLLECTIVE_PORT}
+  # Only the learner group opens it.
+  actor = jobs[naming.job_name('t1', 'actor', 8)]
+  assert {p['containerPort'] for p in actor['spec']['template']['spec'][
+      'containers'][0]['ports']} == {naming.PORT}
+  sizes = {'replay': 1, 'counter': 1, 'coordinator': 1, 'learner': 4,
+           'actor': 8, 'evaluator': 1}
+  assert manifests.schema_errors(objects) == []
+  assert manifests.lint(objects, sizes, 30) == []
+
+
 def test_render_a_pbt_sweep_has_the_controller_group(tmp_path):
   """Issue 39: a sweep with PBT renders its controller as one more group
   (one pod, its flags forwarded so that the pod rebuilds the same graph)."""

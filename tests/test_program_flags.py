@@ -75,6 +75,19 @@ _K8S = ['render', '--run_name=t1', '--image=img:1', '--output=/nonexistent']
      'flag --pbt_interval_steps=-1'),
     ('impala_k8s.py', _K8S + ['--pbt_interval_steps=100'],
      'needs a population'),
+    # Synchronous learner replicas (issue 40): equal shares of a batch, one
+    # agent, one process each.
+    ('impala_lp.py', ['--num_learners=0'], 'flag --num_learners=0'),
+    ('impala_lp.py', ['--num_learners=3'],
+     'num_learners=3 does not split a learner batch of batch_size=32'),
+    ('impala_lp.py', ['--num_learners=2', '--config.compile_mode=full'],
+     "compile_mode='full'"),
+    ('impala_lp.py', ['--num_learners=2', '--lp_launch_type=local_mt'],
+     '--lp_launch_type=local_mt: learner replicas need a process each'),
+    ('laser_sweep_lp.py', ['--num_learners=2'],
+     'num_learners=2 with a sweep of'),
+    ('impala_k8s.py', _K8S + ['--num_learners=5'],
+     'num_learners=5 does not split'),
     ('evaluate.py', ['--episodes=0'], '--episodes=0'),
     ('evaluate.py', ['--logdir=/nonexistent'], "--logdir='/nonexistent'"),
     # evaluate.py is no Launchpad program and takes no --config.<field>.

@@ -5,6 +5,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -270,3 +271,62 @@ def test_joining_after_tensorflow_ran_an_op_is_refused_saying_why(
     collective.addresses_from_env(2)
   monkeypatch.setenv(collective.ADDRESSES_ENV, 'localhost:1,localhost:2')
   assert collective.addresses_from_env(2) == ['localhost:1', 'localhost:2']
+
+
+def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
+    tmp_path):
+  """`--num_learners=2` under local_mp: both replicas learn in step (the
+  same training state logged at the same learner steps), actors play
+  replica 0's weights; replica 1 SIGKILLed: the supervisor restarts the
+  group, replica 0 comes back from its checkpoint and the group goes on
+  past the step it had reached; SIGTERM ends the run with status 0 and no
+  process left."""
+  import re  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  import program_run  # pylint: disable=g-import-not-at-top
+  run = program_run.Run(tmp_path, [
+      '--num_learners=2', '--max_actor_steps=10000000',
+      '--config.replay_fraction=0.5', '--config.min_replay_size=8',
+      '--config.replay_capacity=5000',
+      '--config.checkpoint_period_minutes=0.05'], [
+          '--config.batch_size=8', '--config.unroll_length=10',
+          '--config.lstm_size=16', '--config.envs_per_actor=2',
+          '--config.max_queue_size=64', '--noevaluator', '--num_actors=2'])
+  digests = re.compile(r'(learner(?:_replica_1)?): learner step (\d+), '
+                       r'training state (\w+)')
+
+  def agreeing_steps():
+    seen = {}
+    for who, step, digest in digests.findall(run.output()):
+      seen.setdefault(int(step), {})[who] = digest
+    both = {s: d for s, d in seen.items() if len(d) == 2}
+    assert all(len(set(d.values())) == 1 for d in both.values()), both
+    return sorted(both)
+  try:
+    run.wait(lambda: len(agreeing_steps()) >= 2,
+             'both replicas to log 2 common steps', 180)
+    time.sleep(4)  # A checkpoint of replica 0 past its first steps.
+    step_before = run.learner_step()
+    pid = run.kill('learner/1')
+    run.wait(lambda: run.restarted('learner/1', pid), 'learner/1 to restart',
+             60)
+    restart = run.wait(lambda: re.findall(
+        r'\[learner/0\][^\n]*learner: starting at learner step (\d+)',
+        run.output())[1:], 'replica 0 to restart with the group', 120)
+    assert 1 <= int(restart[0]) <= step_before + 60
+    after = max(agreeing_steps())
+    run.wait(lambda: max(agreeing_steps()) > max(after, int(restart[0])) + 50,
+             'the re-formed group to go on in step', 180)
+    os.killpg(run.proc.pid, signal.SIGTERM)
+    rc = run.finish()
+    out = run.output()
+    assert rc == 0, out[-5000:]
+    # The group restarted once, in one go: replica 0 stopped by the
+    # launcher, or gone by itself (status 75) when its collective broke.
+    summary = out.splitlines()[-1]
+    assert re.search(r'learner/0 1 \((restarted with learner/1|exited with '
+                     r'status 75)\); learner/1 1 \(killed by SIGKILL\)',
+                     summary), summary
+    assert run.leftovers() == []
+  finally:
+    run.kill_if_running()

@@ -82,14 +82,8 @@ class IMPALABuilder:
     1/num_learners share (B / K rows: B(1-f) / K online, Bf / K replayed).
     ValueError when the batch does not split so."""
     config = self._config
+    config_lib.validate_num_learners(config, num_learners)
     replayed = config.num_replayed
-    if (num_learners < 1 or config.batch_size % num_learners or
-        replayed % num_learners):
-      raise ValueError(
-          f'num_learners={num_learners!r} does not split a learner batch of '
-          f'batch_size={config.batch_size} rows ({config.num_online} online, '
-          f'{replayed} replayed) into equal shares; expected a divisor of '
-          'both counts.')
     share = config.replace(batch_size=config.batch_size // num_learners)
     assert share.num_replayed == replayed // num_learners, (share, replayed)
     return IMPALABuilder(share, self._spec, agent_id=self._agent_id,

@@ -446,3 +446,32 @@ def validate_sweep(configs: Sequence[IMPALAConfig],
           f'agent_{i}: replay_fraction=0 uses no replay; a sweep sharing '
           'one replay needs replay_fraction in (0, 1] (--noshare_replay '
           'runs agents without replay).')
+
+
+def validate_num_learners(config: IMPALAConfig, num_learners: int,
+                          num_agents: int = 1) -> None:
+  """K synchronous learner replicas (agent/replicas.py) each learn from an
+  equal share of every batch: B / K rows, B(1-f) / K online and Bf / K
+  replayed. ValueError naming the bad value otherwise."""
+  if not isinstance(num_learners, int) or num_learners < 1:
+    raise ValueError(f'num_learners={num_learners!r} is invalid: expected '
+                     'an integer >= 1.')
+  if num_learners == 1:
+    return
+  if num_agents > 1:
+    raise ValueError(
+        f'num_learners={num_learners} with a sweep of {num_agents} agents: '
+        'synchronous learner replicas run for a single agent (each agent '
+        'of a sweep has one learner).')
+  replayed = config.num_replayed
+  if config.batch_size % num_learners or replayed % num_learners:
+    raise ValueError(
+        f'num_learners={num_learners} does not split a learner batch of '
+        f'batch_size={config.batch_size} rows ({config.num_online} online, '
+        f'{replayed} replayed) into equal shares; expected a divisor of '
+        'both counts.')
+  if config.compile_mode == 'full':
+    raise ValueError(
+        f"num_learners={num_learners} with compile_mode='full': XLA on CPU "
+        'has no collective ops; use the default '
+        "compile_mode='vtrace_and_optimizer'.")

@@ -13,8 +13,8 @@ Where the replicas listen is decided before launch, as every node's address
 is, and handed to the learner processes in $ACME_IMPALA_LEARNER_ADDRESSES:
 on local hosts free ports on localhost (`local_addresses`, set by
 `launch/local.py` before the node processes start), on Kubernetes each
-learner pod's DNS name and `K8S_PORT` (set by `launch/k8s/node.py` from the
-address map).
+learner pod's DNS name and `naming.COLLECTIVE_PORT` (set by
+`launch/k8s/node.py` from the address map).
 
 A replica that is lost (killed, crashed) leaves the others waiting in a
 collective: the strategy's health check (TF 2.8: every 30 s, a peer given
@@ -27,14 +27,15 @@ import os
 import socket
 from typing import List, Sequence
 
-import tensorflow as tf
-
-# The collective's gRPC port in every learner pod (pods have their own
-# network namespace, so one fixed port serves every replica).
-K8S_PORT = 8470
 ADDRESSES_ENV = 'ACME_IMPALA_LEARNER_ADDRESSES'
-# What a collective op raises when it is aborted or a peer is lost.
-ERRORS = (tf.errors.UnavailableError, tf.errors.CancelledError,
+
+
+def errors():
+  """What a collective op raises when it is aborted or a peer is lost.
+  (TensorFlow is imported when needed: the launcher checks its flags with
+  this module loaded, before TensorFlow loads.)"""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return (tf.errors.UnavailableError, tf.errors.CancelledError,
           tf.errors.FailedPreconditionError, tf.errors.DeadlineExceededError,
           tf.errors.AbortedError, tf.errors.InternalError)
 
@@ -53,14 +54,10 @@ def addresses_from_env(num_learners: int) -> List[str]:
   return addresses
 
 
-def k8s_addresses(learner_hosts: Sequence[str]) -> List[str]:
-  """On Kubernetes: each learner pod's DNS name and K8S_PORT."""
-  return [f'{host}:{K8S_PORT}' for host in learner_hosts]
-
-
 def abort(reason: str) -> None:
   """Ends every collective op of this process now and later (they raise
   CancelledError)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
   context.context().abort_collective_ops(tf.errors.CANCELLED, reason)
 
@@ -88,6 +85,7 @@ def join(addresses: Sequence[str], index: int, timeout_s: float = 0.):
   if not 0 <= index < len(addresses):
     raise ValueError(f'replica index={index!r} is out of range for '
                      f'{len(addresses)} addresses.')
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   os.environ['TF_CONFIG'] = json.dumps({
       'cluster': {'worker': list(addresses)},
       'task': {'type': 'worker', 'index': index}})

@@ -57,6 +57,8 @@ PBT_LOCK_TIMEOUT_S = 4.
 # A learner replica's exit status when its group lost a member (it is
 # restarted with the group; EX_TEMPFAIL: try again).
 EXIT_REPLICA_LOST = 75
+# Learner steps between the replicas' logged training-state digests.
+REPLICA_CHECK_STEPS = 50
 # Evaluation rounds an evaluator keeps for PBT's fitness (`recent_rounds`).
 RECENT_ROUNDS = 10
 
@@ -494,10 +496,17 @@ class LearnerNode:
               self._learner.step()
           except StopIteration:
             break  # The program is stopping (datasets.BackgroundIterator).
-          except collective.ERRORS as error:
+          except collective.errors() as error:
             if self._group is None or lifecycle.stop_requested():
               raise
             self._replica_lost(error)
+          if (self._group is not None and
+              self._learner.num_steps % REPLICA_CHECK_STEPS == 0):
+            # Replicas that agree log the same state at the same step
+            # (tests/test_replicas.py compares them).
+            logging.info('%s: learner step %d, training state %s.',
+                         self._label, self._learner.num_steps,
+                         self._learner.training_state_digest())
           if first:
             # benchmarks/startup.py times the launch to this line.
             logging.info('learner: first step done (learner step %d).',
@@ -524,11 +533,14 @@ class _NoCheckpoints:
     return False
 
 
-def learner_label(options, replica: int) -> str:
+def learner_key(replica: int) -> str:
   """Replica 0 is the learner (its logs, checkpoints and failure label);
   replica k > 0 of a group logs as `learner_replica_<k>`."""
-  return options.label('learner' if replica == 0 else
-                       f'learner_replica_{replica}')
+  return 'learner' if replica == 0 else f'learner_replica_{replica}'
+
+
+def learner_label(options, replica: int) -> str:
+  return options.label(learner_key(replica))
 
 
 def pack_arrays(arrays: Sequence[np.ndarray]) -> bytes:

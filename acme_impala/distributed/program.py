@@ -267,7 +267,8 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
                 launcher: bool = True,
                 run_options: Optional[Mapping[str, Any]] = None,
                 pbt_interval_steps: int = 0,
-                pbt_burn_in_steps: Optional[int] = None
+                pbt_burn_in_steps: Optional[int] = None,
+                num_learners: int = 1
                 ) -> PreparedRun:
   """Validates a run of one or several agents and makes its directory.
 
@@ -285,6 +286,10 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
   agents (`nodes.PBTControllerNode`), after `pbt_burn_in_steps` learner
   steps (default: one interval).
 
+  `num_learners` > 1 runs a single agent's learner as that many
+  synchronous replicas (IMPALA Fig. 1 right; agent/replicas.py), each
+  learning from an equal share of every batch.
+
   `launcher=False` is for a process that runs one node of a program its
   launcher already prepared (a Kubernetes pod): the same validation of
   values, but no check of the logdir's checkpoints against `restore`, no
@@ -301,8 +306,9 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
         logdir=logdir, max_actor_steps=max_actor_steps,
         num_actors=num_actors, restore=restore, evaluator=evaluator,
         eval_episodes=eval_episodes, agent=f'agent_{i}' if sweep else '',
-        agent_index=i)
+        agent_index=i, num_learners=num_learners)
     validate_run(config, options)
+    config_lib.validate_num_learners(config, num_learners, len(configs))
     agents.append(AgentRun(
         prepare_config(config, max_actor_steps, options.agent), options))
   if pbt_burn_in_steps is None:
@@ -337,6 +343,7 @@ def prepare_run(configs: Sequence[config_lib.IMPALAConfig],
              eval_episodes=eval_episodes, share_replay=share_replay,
              pbt_interval_steps=pbt_interval_steps,
              pbt_burn_in_steps=pbt_burn_in_steps,
+             num_learners=num_learners,
              **(run_options or {}))))
   return PreparedRun(name=name,
                      agents=tuple(agents), environment_spec=environment_spec,
@@ -365,9 +372,12 @@ def add_agent_nodes(program: lp.Program, builder: builder_lib.IMPALABuilder,
         config.checkpoint_period_minutes))
   counter.set_client_kwargs(**COUNTER_CLIENT_KWARGS)
   with program.group(options.group('learner')):
-    learner = program.add_node(lp.CourierNode(
-        _guarded(nodes.LearnerNode, 'learner', options), builder, replay,
-        counter, options))
+    # Replica 0 first: the node every other one calls.
+    learners = [program.add_node(lp.CourierNode(
+        _guarded(nodes.LearnerNode, nodes.learner_key(k), options),
+        builder, replay, counter, options, k))
+                for k in range(options.num_learners)]
+  learner = learners[0]
   learner.set_client_kwargs(**LEARNER_CLIENT_KWARGS)
   with program.group(options.group('actor')):
     for i in range(options.num_actors):
@@ -410,7 +420,7 @@ def build_program(run: PreparedRun) -> lp.Program:
 
   Nodes: `replay` (one Reverb server with every agent's tables; one per
   agent when a sweep does not share its replay), each agent's `counter`,
-  `learner`, `actor` × num_actors and `evaluator` (`add_agent_nodes`; group
+  `learner` (× num_learners synchronous replicas), `actor` × num_actors and `evaluator` (`add_agent_nodes`; group
   names prefixed `agent_<i>_` in a sweep), and one `coordinator` that stops
   the program once every agent reached the budget; with PBT, one `pbt`
   controller (`nodes.PBTControllerNode`).

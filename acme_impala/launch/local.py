@@ -12,6 +12,7 @@ import sys
 
 import launchpad as lp
 
+from acme_impala.distributed import collective
 from acme_impala.distributed import lifecycle
 from acme_impala.envs import multitask
 from acme_impala.launch import config_flags
@@ -55,6 +56,15 @@ def launch_and_wait(program, logdir: str,
   name = program.name
   logdir = os.path.abspath(logdir)
   status_dir = os.path.join(logdir, 'status')
+  learners = len(program.groups.get('learner', ()))
+  if learners > 1:
+    if launch_type != 'local_mp':
+      raise ValueError(f'{learners} learner replicas need a process each: '
+                       f'launch_type={launch_type!r}; expected local_mp.')
+    # Where the replicas' collective group listens (distributed/
+    # collective.py), inherited by every node process.
+    os.environ[collective.ADDRESSES_ENV] = ','.join(
+        collective.local_addresses(learners))
   if launch_type == 'local_mp':
     policies = supervisor.parse_restart_policies(restarts)
     tracker, at_end = None, None

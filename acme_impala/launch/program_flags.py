@@ -129,6 +129,9 @@ def reject_bad_flags(name: str, argv: List[str],
               (flag.startswith('no') and flag[2:].startswith(allowed))):
         _reject(name, f'Unknown command line flag {flag!r}')
       value_next = '=' not in arg
+      if flag in _LAUNCHPAD_FLAGS:
+        _PASSED_ON[flag] = (arg.split('=', 1)[1] if '=' in arg else
+                            rest[i + 1] if i + 1 < len(rest) else '')
     if arguments:
       _reject(name, f'Unexpected arguments: {arguments}; the program takes '
               'flags only')
@@ -143,6 +146,18 @@ def reject_bad_flags(name: str, argv: List[str],
     FLAGS.unparse_flags()
 
 
+# Launchpad's flags as the command line gives them, for checks made before
+# Launchpad (which defines them) loads.
+_PASSED_ON: Dict[str, str] = {}
+
+
+def launch_type() -> str:
+  """--lp_launch_type, parsed or (before Launchpad loads) as given."""
+  if 'lp_launch_type' in FLAGS:
+    return FLAGS['lp_launch_type'].value
+  return _PASSED_ON.get('lp_launch_type', 'local_mp')
+
+
 def define() -> None:
   flags.DEFINE_string('config', 'cartpole',
                       f'A preset, one of {presets.names()} (configs/), or '
@@ -155,6 +170,13 @@ def define() -> None:
   # 450: the slowest run measured got there at 675k steps (with the 2 x 32
   # defaults 325k; docs/benchmarks.md#learning-the-default-cartpole-program).
   # One to three minutes on 2 cores, by CPU.
+  # IMPALA Fig. 1 right: K learners, gradients summed every step.
+  flags.DEFINE_integer('num_learners', 1,
+                       'Synchronous learner replicas (one agent): each '
+                       'learns from 1/K of every batch (batch_size and its '
+                       'replayed rows divisible by K), the gradients summed '
+                       'over them every step; replica 0 serves the actors '
+                       'and checkpoints.', lower_bound=1)
   flags.DEFINE_integer('max_actor_steps', 800_000,
                        'Environment steps (summed over actors) to train for '
                        '(per agent in a sweep).', lower_bound=1)
@@ -285,6 +307,15 @@ def checked_configs(overrides: Dict[str, Any]):
   configs = make_configs(overrides)
   pbt.validate(**pbt_settings(), num_agents=len(configs),
                evaluator=FLAGS.evaluator)
+  for config in configs:
+    config_lib.validate_num_learners(config, FLAGS.num_learners,
+                                     len(configs))
+  if FLAGS.num_learners > 1 and launch_type() != 'local_mp':
+    # Collective ops are configured per process, once: one process each.
+    raise ValueError(
+        f'--num_learners={FLAGS.num_learners} with --lp_launch_type='
+        f'{launch_type()}: learner replicas need a process each; use '
+        '--lp_launch_type=local_mp (or Kubernetes).')
   return configs
 
 
@@ -325,7 +356,7 @@ def prepare(overrides: Dict[str, Any], logdir: str, launcher: bool = True,
       evaluator=FLAGS.evaluator, eval_episodes=FLAGS.eval_episodes,
       share_replay=FLAGS.share_replay,
       name='laser_sweep' if is_sweep() else 'impala',
-      launcher=launcher, **pbt_settings(),
+      launcher=launcher, **pbt_settings(), num_learners=FLAGS.num_learners,
       run_options=dict(run_options(overrides), **extra_options))
 
 
@@ -340,6 +371,7 @@ def forward(overrides: Dict[str, Any], logdir: str) -> List[str]:
         f'config file outside configs/; expected a preset, one of '
         f'{presets.names()} (or configs/<preset>.py).')
   args = [f'--config={name}', f'--num_actors={FLAGS.num_actors}',
+          f'--num_learners={FLAGS.num_learners}',
           f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
           f'--restore={str(FLAGS.restore).lower()}',
           f'--evaluator={str(FLAGS.evaluator).lower()}',

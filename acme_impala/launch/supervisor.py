@@ -486,8 +486,44 @@ class Supervisor:
     self.say(f'node {child.title} {how} at {when}; restarting it '
              f'(restart {len(child.restarts)}, {recent + 1} of '
              f'{child.policy} for group {child.group!r}).{where}')
+    siblings = self._synchronous_siblings(child)
+    for sibling in siblings:
+      if sibling.process.poll() is None:
+        self._stop_child(sibling, f'to restart with {child.title}')
+        sibling.deaths.append(f'restarted with {child.title}')
+      else:  # Gone too (a replica that saw the group break exits 75).
+        sibling.deaths.append(describe_exit(sibling.process.returncode))
     self._start(child)
+    for sibling in siblings:
+      sibling.restarts.append(now)
+      self._start(sibling)
     self._write_nodes_file()
+
+  def _synchronous_siblings(self, child: _Child) -> List[_Child]:
+    """The other nodes of a group that cannot run short: learner replicas
+    (--num_learners > 1) all-reduce every step, and a replica that restarts
+    alone would find the others waiting in the old step
+    (distributed/collective.py). They restart with it, from replica 0's
+    checkpoint, in one go (also those that died meanwhile)."""
+    if role_of(child.group) != 'learner':
+      return []
+    return [c for c in self._children
+            if c.group == child.group and c is not child and c.process
+            and not c.finished]
+
+  def _stop_child(self, child: _Child, why: str) -> None:
+    """SIGTERM (a learner checkpoints on its way out), SIGKILL after the
+    termination notice."""
+    self.say(f'node {child.title}: stopping it {why} (a synchronous '
+             'learner group restarts whole).')
+    try:
+      child.process.send_signal(signal.SIGTERM)
+      child.process.wait(timeout=self._notice_s + 5)
+    except ProcessLookupError:
+      pass
+    except subprocess.TimeoutExpired:
+      _kill_tree(child.process.pid)
+      child.process.wait()
 
   def run(self) -> int:
     """Starts every node, supervises until the program stops; exit status."""

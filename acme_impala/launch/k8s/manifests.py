@@ -232,6 +232,14 @@ def _labels(run_name: str, group: Optional[str] = None) -> Dict[str, str]:
   return labels
 
 
+def _extra_ports(group: str, group_sizes: Mapping[str, int]) -> List[int]:
+  """Ports a group's pods open beside Launchpad's: a learner group of
+  K > 1 synchronous replicas, their collective's."""
+  if lifecycle.role_of(group) == 'learner' and group_sizes[group] > 1:
+    return [naming.COLLECTIVE_PORT]
+  return []
+
+
 def render(run_name: str, image: str, namespace: str,
            group_sizes: Mapping[str, int], node_args: Sequence[str],
            resources: Mapping[str, Any], attempt: str,
@@ -281,7 +289,10 @@ def render(run_name: str, image: str, namespace: str,
           'policyTypes': ['Ingress'],
           'ingress': [{
               'from': [{'podSelector': {'matchLabels': dict(run_labels)}}],
-              'ports': [{'protocol': 'TCP', 'port': naming.PORT}]}]}})
+              'ports': [{'protocol': 'TCP', 'port': p}
+                        for p in sorted({naming.PORT} | {
+                            port for g in group_sizes
+                            for port in _extra_ports(g, group_sizes)})]}]}})
   grace = int(termination_notice_s) + FINAL_CHECKPOINT_S
   for group, size in group_sizes.items():
     job = naming.job_name(run_name, group, size)
@@ -296,7 +307,10 @@ def render(run_name: str, image: str, namespace: str,
             'publishNotReadyAddresses': True,
             'selector': dict(labels),
             'ports': [{'name': 'lp', 'port': naming.PORT,
-                       'targetPort': naming.PORT, 'protocol': 'TCP'}]}})
+                       'targetPort': naming.PORT, 'protocol': 'TCP'}] + [
+                           {'name': 'collective', 'port': port,
+                            'targetPort': port, 'protocol': 'TCP'}
+                           for port in _extra_ports(group, group_sizes)]}})
     accelerator = accelerator_of(resources, group)
     container = {
         'name': CONTAINER,
@@ -309,7 +323,10 @@ def render(run_name: str, image: str, namespace: str,
                     f'--lp_termination_notice_secs={int(termination_notice_s)}'
                     ] + list(node_args),
         'ports': [{'name': 'lp', 'containerPort': naming.PORT,
-                   'protocol': 'TCP'}],
+                   'protocol': 'TCP'}] + [
+                       {'name': 'collective', 'containerPort': port,
+                        'protocol': 'TCP'}
+                       for port in _extra_ports(group, group_sizes)],
         'env': [
             {'name': 'PYTHONUNBUFFERED', 'value': '1'},
             {'name': 'TF_CPP_MIN_LOG_LEVEL', 'value': '1'},

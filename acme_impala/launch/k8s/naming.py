@@ -13,6 +13,9 @@ import re
 from typing import Dict, Mapping
 
 PORT = 8000
+# The learner replicas' collective group (distributed/collective.py): one
+# gRPC port per learner pod, opened only when the learner group has K > 1.
+COLLECTIVE_PORT = 8470
 MAX_LABEL = 63  # RFC 1123 label, the limit of every name used here.
 _LABEL_RE = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
 

@@ -233,6 +233,7 @@ def main(argv, overrides):
     _bad_flags(f'--attempt={FLAGS.attempt!r}: expected a DNS label.')
   # Imports that pull TensorFlow come after the flags are checked.
   from launchpad import context as lp_context  # pylint: disable=g-import-not-at-top
+  from acme_impala.distributed import collective  # pylint: disable=g-import-not-at-top
   from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
   from acme_impala.launch import node_runner  # pylint: disable=g-import-not-at-top
   title = f'{FLAGS.group}/{index}'
@@ -256,6 +257,13 @@ def main(argv, overrides):
         raise ValueError('--run_name is required without --cluster_spec.')
       addresses = naming.address_map(FLAGS.run_name,
                                      node_runner.group_sizes(program))
+    learners = addresses.get('learner', [])
+    if len(learners) > 1:
+      # The learner replicas' collective group: each learner pod's DNS
+      # name and the collective's port (distributed/collective.py).
+      os.environ[collective.ADDRESSES_ENV] = ','.join(
+          f'{str(a).rpartition(":")[0]}:{naming.COLLECTIVE_PORT}'
+          for a in learners)
     os.environ[lifecycle.NODE_TITLE_ENV] = title
     node = _Node(title, run.agents[0].options.logdir, FLAGS.attempt)
     node_runner.initialize_program(program,
