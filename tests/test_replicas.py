@@ -275,23 +275,31 @@ def test_joining_after_tensorflow_ran_an_op_is_refused_saying_why(
 
 def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
     tmp_path):
-  """`--num_learners=2` under local_mp: both replicas learn in step (the
+  """docs/running.md's `--num_learners=2` command under local_mp, with
+  LASER's replay and a longer budget: both replicas learn in step (the
   same training state logged at the same learner steps), actors play
   replica 0's weights; replica 1 SIGKILLed: the supervisor restarts the
   group, replica 0 comes back from its checkpoint and the group goes on
   past the step it had reached; SIGTERM ends the run with status 0 and no
   process left."""
   import re  # pylint: disable=g-import-not-at-top
+  import shlex  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
+  import docs_commands  # pylint: disable=g-import-not-at-top
   import program_run  # pylint: disable=g-import-not-at-top
-  run = program_run.Run(tmp_path, [
-      '--num_learners=2', '--max_actor_steps=10000000',
+  command, = [c for doc, c in docs_commands.documented_commands()
+              if doc == 'docs/running.md' and '--num_learners' in c]
+  documented = [a for a in shlex.split(command)[2:]
+                if not a.startswith('--max_actor_steps')]
+  assert '--num_learners=2' in documented
+  run = program_run.Run(tmp_path, documented + [
+      '--max_actor_steps=10000000',
       '--config.replay_fraction=0.5', '--config.min_replay_size=8',
       '--config.replay_capacity=5000',
       '--config.checkpoint_period_minutes=0.05'], [
-          '--config.batch_size=8', '--config.unroll_length=10',
-          '--config.lstm_size=16', '--config.envs_per_actor=2',
-          '--config.max_queue_size=64', '--noevaluator', '--num_actors=2'])
+          '--config.unroll_length=10', '--config.lstm_size=16',
+          '--config.envs_per_actor=2', '--config.max_queue_size=64',
+          '--noevaluator', '--num_actors=2'])
   digests = re.compile(r'(learner(?:_replica_1)?): learner step (\d+), '
                        r'training state (\w+)')
 
