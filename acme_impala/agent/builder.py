@@ -85,7 +85,12 @@ class IMPALABuilder:
     config_lib.validate_num_learners(config, num_learners)
     replayed = config.num_replayed
     share = config.replace(batch_size=config.batch_size // num_learners)
-    assert share.num_replayed == replayed // num_learners, (share, replayed)
+    if share.num_replayed * num_learners != replayed:
+      # round(B f / K) per share could differ from B f / K.
+      raise ValueError(
+          f'num_learners={num_learners}: a share of batch_size='
+          f'{share.batch_size} replays {share.num_replayed} rows, not '
+          f'{replayed} / {num_learners}.')
     return IMPALABuilder(share, self._spec, agent_id=self._agent_id,
                          queue_table=self._queue_table,
                          replay_table=self._replay_table)

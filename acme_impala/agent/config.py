@@ -453,7 +453,8 @@ def validate_num_learners(config: IMPALAConfig, num_learners: int,
   """K synchronous learner replicas (agent/replicas.py) each learn from an
   equal share of every batch: B / K rows, B(1-f) / K online and Bf / K
   replayed. ValueError naming the bad value otherwise."""
-  if not isinstance(num_learners, int) or num_learners < 1:
+  if (isinstance(num_learners, bool) or not isinstance(num_learners, int)
+      or num_learners < 1):
     raise ValueError(f'num_learners={num_learners!r} is invalid: expected '
                      'an integer >= 1.')
   if num_learners == 1:

@@ -484,7 +484,17 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
             'walk_start, given by IMPALABuilder.make_dataset_iterator); got '
             'replayed rows without it.')
       walk_start = tf.zeros_like(online, tf.bool)
-    metrics = self._update(data, online, walk_start)
+    if self._replicas is None:
+      metrics = self._update(data, online, walk_start)
+    else:
+      try:
+        metrics = self._update(data, online, walk_start)
+      except replicas.collective_errors() as error:
+        # The update is where the group's collective runs; its data was
+        # read above, so this is the group, not the data.
+        raise replicas.GroupBroken(
+            f'replica {self._replicas.index} of {self._replicas.size}: '
+            f'{type(error).__name__}: {error}') from error
     metrics = tf2_utils.to_numpy(metrics)
     end = time.time()
 
@@ -638,7 +648,12 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
                                    group.state_sum)
       for variable, value in zip(variables, values):
         variable.assign(value)
-    sync()
+    try:
+      sync()
+    except replicas.collective_errors() as error:
+      raise replicas.GroupBroken(
+          f'replica {group.index} of {group.size} at start-up: '
+          f'{type(error).__name__}: {error}') from error
     return self.training_state_digest()
 
   @property

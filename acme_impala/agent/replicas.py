@@ -29,7 +29,9 @@ N_k), S_k its sum. The whole batch's gradient is
 
 (N_k g_k = grad(S_k) also when N_k = 0: then S_k has no term). So a replica
 contributes N_k g_k and N_k, and one all-reduced sum of both gives the whole
-batch's gradient exactly (up to float summation order). Gradient-norm
+batch's gradient exactly (up to float summation order; with the bfloat16
+torso each share's gradients are rounded to bfloat16 before the float32
+sum, so agreement is to bfloat16 precision). Gradient-norm
 clipping and RMSProp then see the same gradient as one learner given the
 whole batch (`combine_gradients`).
 
@@ -41,7 +43,7 @@ recomputed LSTM states are per replayed row, each replica keeping its own.
 `CollectiveSum` is the all-reduce: one TensorFlow collective op
 (`CollectiveReduceV2`, ring over gRPC) on the gradients flattened into one
 vector. It runs inside the learner's traced step; the process must have
-configured collective ops at start-up (`distributed/replicas.py`). Tests may
+configured collective ops at start-up (`distributed/collective.py`). Tests may
 pass any function with its contract, e.g. a sum over in-process replicas.
 """
 
@@ -54,6 +56,9 @@ import tensorflow as tf
 AllReduceSum = Callable[[Sequence[tf.Tensor]], List[tf.Tensor]]
 
 REDUCTIONS = ('mean', 'sum')
+# The replicas' collective group: not MultiWorkerMirroredStrategy's own
+# (its host group is key 1).
+GROUP_KEY = 1000
 
 
 def combine_gradients(gradients: Sequence[tf.Tensor], num_valid: tf.Tensor,
@@ -102,8 +107,9 @@ class CollectiveSum:
   same order on every replica, so they can share it.
   """
 
-  def __init__(self, group_size: int, instance_key: int, group_key: int = 1,
-               timeout_s: float = 0., dtype=tf.float32):
+  def __init__(self, group_size: int, instance_key: int,
+               group_key: int = GROUP_KEY, timeout_s: float = 0.,
+               dtype=tf.float32):
     if group_size < 2:
       raise ValueError(f'group_size={group_size!r}: a collective needs at '
                        'least 2 replicas.')
@@ -131,6 +137,19 @@ class CollectiveSum:
 # Instance keys of the collectives a learner replica runs, one per call site.
 GRADIENTS_KEY = 1
 STATE_KEY = 2
+
+
+class GroupBroken(RuntimeError):
+  """A collective of the replica group failed: a replica is gone, or the
+  collectives were aborted (the program stopping). The group cannot go on
+  short; `__cause__` is TensorFlow's error."""
+
+
+def collective_errors():
+  """What a collective op raises when it is aborted or a peer is lost."""
+  return (tf.errors.UnavailableError, tf.errors.CancelledError,
+          tf.errors.FailedPreconditionError, tf.errors.DeadlineExceededError,
+          tf.errors.AbortedError, tf.errors.InternalError)
 
 
 @dataclasses.dataclass(frozen=True)

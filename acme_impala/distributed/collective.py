@@ -30,16 +30,6 @@ from typing import List, Sequence
 ADDRESSES_ENV = 'ACME_IMPALA_LEARNER_ADDRESSES'
 
 
-def errors():
-  """What a collective op raises when it is aborted or a peer is lost.
-  (TensorFlow is imported when needed: the launcher checks its flags with
-  this module loaded, before TensorFlow loads.)"""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return (tf.errors.UnavailableError, tf.errors.CancelledError,
-          tf.errors.FailedPreconditionError, tf.errors.DeadlineExceededError,
-          tf.errors.AbortedError, tf.errors.InternalError)
-
-
 def addresses_from_env(num_learners: int) -> List[str]:
   """The group's addresses from $ACME_IMPALA_LEARNER_ADDRESSES; ValueError
   naming what is wrong when they are not `num_learners` host:port."""

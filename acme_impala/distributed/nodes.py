@@ -330,14 +330,18 @@ class LearnerNode:
     self._options = options
     self._replica = replica
     group = None
+    self._label = learner_label(options, replica)
+    self._checkpointer = _NoCheckpoints()
     if options.num_learners > 1:
       # Before this process's first TensorFlow op (collective.join).
-      self._strategy = collective.join(
-          collective.addresses_from_env(options.num_learners), replica)
+      try:
+        self._strategy = collective.join(
+            collective.addresses_from_env(options.num_learners), replica)
+      except replicas_lib.collective_errors() as error:
+        self._replica_lost(error)  # A replica lost while the group forms.
       group = replicas_lib.Group.collective(replica, options.num_learners)
       builder = builder.for_replica_group(options.num_learners)
     self._group = group
-    self._label = learner_label(options, replica)
     # The same --config.seed gives the same initial weights (a restarted
     # learner restores its checkpoint over them).
     init_seed = learner_init_seed(builder.config, options)
@@ -378,7 +382,10 @@ class LearnerNode:
                       builder.config.checkpoint_period_minutes)
         if replica == 0 else _NoCheckpoints())
     if group is not None:
-      digest = self._learner.sync_replicas()
+      try:
+        digest = self._learner.sync_replicas()
+      except replicas_lib.GroupBroken as error:
+        self._replica_lost(error)
       logging.info('learner replica %d of %d: training state %s, as '
                    'replica 0 holds it.', replica, group.size, digest)
     logging.info('learner: starting at learner step %d.',
@@ -454,8 +461,8 @@ class LearnerNode:
     return now
 
   def _replica_lost(self, error: Exception) -> None:
-    """A collective of the group failed while the program runs: a replica
-    is gone (MultiWorkerMirroredStrategy's health check aborts the
+    """A collective of the group failed while the program runs (or while
+    the group forms): a replica is gone (MultiWorkerMirroredStrategy's health check aborts the
     collectives of the others). A synchronous group cannot continue short:
     this process checkpoints (replica 0) and exits with
     EXIT_REPLICA_LOST, for its supervisor (local or Kubernetes) to restart
@@ -484,20 +491,26 @@ class LearnerNode:
                      name='abort-collectives-on-stop').start()
 
   def run(self):
+    # A replica's steps run in a thread of their own: the main thread must
+    # stay free to run the SIGTERM handler (Python runs it there only), or a
+    # replica blocked in a collective would not hear of the stop.
+    stopping = (lifecycle.stop_requested if self._group is not None
+                else lambda: lp.wait_for_stop(0))
+
     def loop():
       first = True
       if self._group is not None:
         self._abort_collectives_on_stop()
       try:
-        while not lp.wait_for_stop(0):
+        while not stopping():
           self._let_calls_in()
           try:
             with self._lock:
               self._learner.step()
           except StopIteration:
             break  # The program is stopping (datasets.BackgroundIterator).
-          except collective.errors() as error:
-            if self._group is None or lifecycle.stop_requested():
+          except replicas_lib.GroupBroken as error:
+            if lifecycle.stop_requested():
               raise
             self._replica_lost(error)
           if (self._group is not None and
@@ -522,7 +535,28 @@ class LearnerNode:
           self._checkpointer.save(force=True)
         logging.info('learner: checkpointed at learner step %d.',
                      self._learner.num_steps)
-    lifecycle.run_guarded(self._label, self._options.status_dir, loop)
+    lifecycle.run_guarded(
+        self._label, self._options.status_dir,
+        loop if self._group is None else lambda: _in_thread(loop,
+                                                           'learner-steps'))
+
+
+def _in_thread(fn, name: str) -> None:
+  """`fn()` in a thread while this (main) thread stays in Python; its
+  exception is raised here."""
+  raised = []
+
+  def target():
+    try:
+      fn()
+    except BaseException as error:  # pylint: disable=broad-except
+      raised.append(error)
+  thread = threading.Thread(target=target, name=name, daemon=True)
+  thread.start()
+  while thread.is_alive():
+    thread.join(0.2)
+  if raised:
+    raise raised[0]
 
 
 class _NoCheckpoints:

@@ -110,6 +110,7 @@ def reject_bad_flags(name: str, argv: List[str],
   """
   if any(a in _HELP_FLAGS for a in argv[1:]):
     return  # The full parse lists every flag.
+  _PASSED_ON.clear()
   args, overrides_text = (config_flags.split_config_overrides(argv)
                           if config_overrides else (argv, []))
   allowed = LAUNCHPAD_FLAG_PREFIXES if launchpad else ()

@@ -462,9 +462,11 @@ class Supervisor:
     if self.node_log_path(child) and not self._verbose:
       where = f' Its output: {self.node_log_path(child)}.'
     when = time.strftime('%H:%M:%S', time.localtime(now))
-    if child.process.returncode == 0:
+    if child.process.returncode == 0 and not self._is_synchronous(child):
       # Its work is done (e.g. a node whose construction failed returns at
-      # once after stopping the program): nothing to restart.
+      # once after stopping the program): nothing to restart. A learner
+      # replica has no work of its own to finish: one that exits 0 while
+      # the program runs (a SIGTERM of its own) leaves its group short.
       child.finished = True
       logging.info('%s: node %s finished (exit status 0).', self._name,
                    child.title)
@@ -493,23 +495,32 @@ class Supervisor:
         sibling.deaths.append(f'restarted with {child.title}')
       else:  # Gone too (a replica that saw the group break exits 75).
         sibling.deaths.append(describe_exit(sibling.process.returncode))
-    self._start(child)
-    for sibling in siblings:
-      sibling.restarts.append(now)
-      self._start(sibling)
+    # The group's restarts count against each replica's limit (checked for
+    # the one that died): a group restarts as often as its least stable
+    # member dies.
+    for node in [child] + siblings:
+      if self._stop_requested.is_set():
+        return  # Stopped meanwhile: the stop takes every node down.
+      if node is not child:
+        node.restarts.append(now)
+      self._start(node)
     self._write_nodes_file()
 
+  def _is_synchronous(self, child: _Child) -> bool:
+    """A node of a group that cannot run short: learner replicas
+    (--num_learners > 1) all-reduce every step."""
+    return role_of(child.group) == 'learner' and sum(
+        c.group == child.group for c in self._children) > 1
+
   def _synchronous_siblings(self, child: _Child) -> List[_Child]:
-    """The other nodes of a group that cannot run short: learner replicas
-    (--num_learners > 1) all-reduce every step, and a replica that restarts
+    """The other replicas of `child`'s group: a replica that restarts
     alone would find the others waiting in the old step
     (distributed/collective.py). They restart with it, from replica 0's
     checkpoint, in one go (also those that died meanwhile)."""
-    if role_of(child.group) != 'learner':
+    if not self._is_synchronous(child):
       return []
     return [c for c in self._children
-            if c.group == child.group and c is not child and c.process
-            and not c.finished]
+            if c.group == child.group and c is not child and c.process]
 
   def _stop_child(self, child: _Child, why: str) -> None:
     """SIGTERM (a learner checkpoints on its way out), SIGKILL after the
