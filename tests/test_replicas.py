@@ -280,8 +280,9 @@ def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
   same training state logged at the same learner steps), actors play
   replica 0's weights; replica 1 SIGKILLed: the supervisor restarts the
   group, replica 0 comes back from its checkpoint and the group goes on
-  past the step it had reached; SIGTERM ends the run with status 0 and no
-  process left."""
+  past the step it had reached; replica 0 SIGTERMed alone (exit 0): the
+  group restarts again; SIGTERM ends the run with status 0 and no process
+  left."""
   import re  # pylint: disable=g-import-not-at-top
   import shlex  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
@@ -325,16 +326,26 @@ def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
     after = max(agreeing_steps())
     run.wait(lambda: max(agreeing_steps()) > max(after, int(restart[0])) + 50,
              'the re-formed group to go on in step', 180)
+    # Replica 0 SIGTERMed on its own: it checkpoints and exits 0, which for
+    # a replica is no finished work but a short group: restarted again.
+    pid = run.nodes()['learner/0']['pid']
+    os.kill(pid, signal.SIGTERM)
+    run.wait(lambda: run.restarted('learner/0', pid), 'learner/0 to restart',
+             120)
+    after = max(agreeing_steps())
+    run.wait(lambda: max(agreeing_steps()) > after + 50,
+             'the group to go on after the SIGTERM', 180)
     os.killpg(run.proc.pid, signal.SIGTERM)
     rc = run.finish()
     out = run.output()
     assert rc == 0, out[-5000:]
-    # The group restarted once, in one go: replica 0 stopped by the
+    # Each time the group restarted in one go: replica 0 stopped by the
     # launcher, or gone by itself (status 75) when its collective broke.
     summary = out.splitlines()[-1]
-    assert re.search(r'learner/0 1 \((restarted with learner/1|exited with '
-                     r'status 75)\); learner/1 1 \(killed by SIGKILL\)',
-                     summary), summary
+    assert re.search(r'learner/0 2 \((restarted with learner/1|exited with '
+                     r'status 75), exited with status 0\); learner/1 2 '
+                     r'\(killed by SIGKILL, (restarted with learner/0|exited '
+                     r'with status 75)\)', summary), summary
     assert run.leftovers() == []
   finally:
     run.kill_if_running()
