@@ -62,7 +62,7 @@ _SPREAD = ('test_benchmarks.py',)
 # scripts/test.sh starts making when the tests start.)
 _LONGEST = ('test_supervisor.py', 'test_program.py', 'test_k8s.py',
             'test_sweep.py', 'test_docs.py', 'test_evaluate.py',
-            'test_memory.py', 'test_learning.py')
+            'test_memory.py', 'test_learning.py', 'test_replicas.py')
 
 
 # First: pytest-xdist's own hook reads the xdist_group markers added here.
