@@ -227,7 +227,8 @@ def summarize_efficiency(records):
       continue
     try:
       rows.append(dict(game=r['game'], seed=r['seed'], **efficiency(
-          _logdir(r['game'], r['seed']), baseline, r['max_actor_steps'])))
+          _logdir(r['game'], r['seed']), baseline, r['max_actor_steps']),
+                       commit=r['commit'], cpu=r['cpu']))
     except ValueError as error:  # A baseline too short to give a target.
       print(f'minatar.py: {error} {r["game"]} seed {r["seed"]} left out of '
             'the comparison.')
