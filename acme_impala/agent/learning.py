@@ -484,17 +484,16 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
             'walk_start, given by IMPALABuilder.make_dataset_iterator); got '
             'replayed rows without it.')
       walk_start = tf.zeros_like(online, tf.bool)
-    if self._replicas is None:
+    try:
       metrics = self._update(data, online, walk_start)
-    else:
-      try:
-        metrics = self._update(data, online, walk_start)
-      except replicas.collective_errors() as error:
-        # The update is where the group's collective runs; its data was
-        # read above, so this is the group, not the data.
-        raise replicas.GroupBroken(
-            f'replica {self._replicas.index} of {self._replicas.size}: '
-            f'{type(error).__name__}: {error}') from error
+    except replicas.collective_errors() as error:
+      if self._replicas is None:
+        raise
+      # The update is where the group's collective runs; its data was
+      # read above, so this is the group, not the data.
+      raise replicas.GroupBroken(
+          f'replica {self._replicas.index} of {self._replicas.size}: '
+          f'{type(error).__name__}: {error}') from error
     metrics = tf2_utils.to_numpy(metrics)
     end = time.time()
 

@@ -24,8 +24,9 @@ to restart.
 
 import json
 import os
-import socket
 from typing import List, Sequence
+
+import portpicker
 
 ADDRESSES_ENV = 'ACME_IMPALA_LEARNER_ADDRESSES'
 
@@ -57,14 +58,8 @@ def local_addresses(num_learners: int) -> List[str]:
   no collective)."""
   if num_learners < 2:
     return []
-  sockets = [socket.socket() for _ in range(num_learners)]
-  try:
-    for s in sockets:
-      s.bind(('localhost', 0))
-    return [f'localhost:{s.getsockname()[1]}' for s in sockets]
-  finally:
-    for s in sockets:
-      s.close()
+  return [f'localhost:{portpicker.pick_unused_port()}'
+          for _ in range(num_learners)]
 
 
 def join(addresses: Sequence[str], index: int, timeout_s: float = 0.):

@@ -483,12 +483,8 @@ class LearnerNode:
     """A replica waiting in a collective for one that already stopped
     would wait out the termination notice and miss its final checkpoint:
     on the program's stop, this process's collectives end at once."""
-    def watch():
-      while not lifecycle.stop_requested():
-        time.sleep(0.2)
-      collective.abort('the program is stopping')
-    threading.Thread(target=watch, daemon=True,
-                     name='abort-collectives-on-stop').start()
+    lp.register_stop_handler(
+        lambda: collective.abort('the program is stopping'))
 
   def run(self):
     # A replica's steps run in a thread of their own: the main thread must
