@@ -21,8 +21,9 @@ without and with replay (f = 0.5). `--suite=replay_states`: IMPALA (f = 0)
 vs LASER (f = 0.875, trust region) with the paper's recomputed LSTM states
 vs the stored ones. `--suite=sharing`: sweeps of 4 agents (learning rate x
 entropy cost) sharing one replay with and without the trust region, vs each
-agent with its own replay, with recomputed states, and the shared sweep with
-stored states. Every invocation prints the git commit and its settings, and
+agent with its own replay, with recomputed states, the shared sweep with
+stored states, and the same 4 agents with no replay (f = 0). `--config`
+runs a preset (e.g. minatar) at its own sizes. Every invocation prints the git commit and its settings, and
 writes the raw per-seed summaries and curve points as CSV
 (`--outdir/<prefix>_summary.csv`, `<prefix>_curves.csv`; the prefix is the
 suite, plus the environment unless CartPole) beside the PNGs.
@@ -76,6 +77,14 @@ flags.DEFINE_string('outdir', os.path.join(_ROOT, 'benchmarks', 'results'),
 flags.DEFINE_integer('max_settings', 0, 'Run only the first N settings of '
                      'the suite (0: all); every setting\'s config is still '
                      'checked before the first run.')
+flags.DEFINE_string('config', None,
+                    'A preset (e.g. minatar) run with its own acting and '
+                    'learner sizes and 1 actor per agent. Unset: the '
+                    'cartpole config with the sizes the older tables of '
+                    'docs/benchmarks.md were measured with.')
+flags.DEFINE_integer('run_timeout_s', 3600,
+                     'A run taking longer fails (a 4-agent LASER sweep at '
+                     '1M env steps per agent takes about 40 min on 2 cores).')
 FLAGS = flags.FLAGS
 
 
@@ -113,11 +122,18 @@ def _sharing_settings():
   recompute = '--config.replay_core_state=recompute'
   return [
       ('shared +TR recompute', 'laser_sweep_lp.py', grid + [b, recompute]),
-      ('shared no TR recompute', 'laser_sweep_lp.py', grid + [recompute]),
+      # A sweep turns the trust region on unless told otherwise.
+      ('shared no TR recompute', 'laser_sweep_lp.py',
+       grid + ['--config.kl_threshold=none', recompute]),
       ('separate +TR recompute', 'laser_sweep_lp.py',
        grid + [b, recompute, '--noshare_replay']),
       ('shared +TR stored', 'laser_sweep_lp.py',
        grid + [b, '--config.replay_core_state=stored']),
+      # The same 4 agents as IMPALA: what naive sharing is compared with
+      # (LASER Figure 3 left).
+      ('no replay f=0', 'laser_sweep_lp.py',
+       grid + ['--noshare_replay', '--config.replay_fraction=0',
+               '--config.kl_threshold=none']),
   ]
 
 
@@ -257,13 +273,16 @@ def main(argv):
         proc = subprocess.run(
             [sys.executable, os.path.join(_ROOT, 'programs', prog)] +
             _common_flags(seed, logdir) + args, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, timeout=3600)
+            stderr=subprocess.STDOUT, text=True,
+            timeout=FLAGS.run_timeout_s)
         if proc.returncode != 0:
           print(f'  failed ({proc.returncode}): {proc.stdout[-500:]}')
           failed.append(f'{name}, seed {seed}')
           continue
         for agent, points in _curves(logdir).items():
           results.setdefault(name, []).append((seed, agent, points))
+        # The files so far: a long suite stopped part-way keeps its runs.
+        _report(results, commit, provenance.cpu(), quiet=True)
       finally:
         shutil.rmtree(logdir, ignore_errors=True)
   _report(results, commit, provenance.cpu())
@@ -274,6 +293,11 @@ def main(argv):
 
 def _common_flags(seed, logdir):
   """The program flags of every setting."""
+  run = [f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
+         f'--config.env_id={FLAGS.env}', f'--config.seed={seed}']
+  if FLAGS.config:
+    return (['--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
+             f'--config={FLAGS.config}'] + run + list(FLAGS.base_flags))
   return ['--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
           # The LASER tables of docs/benchmarks.md were measured with the
           # cartpole config's acting and learner sizes before issue 13's: 8
@@ -281,10 +305,7 @@ def _common_flags(seed, logdir):
           '--config.envs_per_actor=8', '--config.batch_size=8',
           '--config.learning_rate=2e-3', '--config.max_queue_size=128',
           # ... and the gymnasium engine (EnvPool has no MinAtar games).
-          '--config.env_engine=gymnasium',
-          f'--max_actor_steps={FLAGS.max_actor_steps}',
-          f'--logdir={logdir}', f'--config.env_id={FLAGS.env}',
-          f'--config.seed={seed}'] + list(FLAGS.base_flags)
+          '--config.env_engine=gymnasium'] + run + list(FLAGS.base_flags)
 
 
 def _check_config(name, args):
@@ -295,21 +316,21 @@ def _check_config(name, args):
   values = [a for a in _common_flags(0, '') + args
             if a.startswith('--config.')]
   try:
-    presets.get_config('cartpole').replace(
+    presets.get_config(FLAGS.config or 'cartpole').replace(
         **config_flags.parse_overrides(values))
   except (ValueError, TypeError) as e:
     raise app.UsageError(f'setting {name!r}: {e}') from None
 
 
-def _report(results, commit, cpu):
-  """Prints the tables, draws the PNGs and writes the CSVs."""
-
-  print(f'\n{FLAGS.env}, {FLAGS.max_actor_steps} env steps per agent, '
+def _report(results, commit, cpu, quiet=False):
+  """Prints the tables (unless quiet), draws the PNGs and writes the CSVs."""
+  print_ = (lambda *a, **k: None) if quiet else print
+  print_(f'\n{FLAGS.env}, {FLAGS.max_actor_steps} env steps per agent, '
         f'target: mean return over the trailing tenth of the run >= '
         f'{FLAGS.target:g} (training episodes); final: mean return of the '
         'last tenth\n')
-  print('| setting | seed | agent | env steps to target | final avg return |')
-  print('|---|---|---|---:|---:|')
+  print_('| setting | seed | agent | env steps to target | final avg return |')
+  print_('|---|---|---|---:|---:|')
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -317,7 +338,7 @@ def _report(results, commit, cpu):
     fig, ax = plt.subplots(figsize=(6, 4))
     for seed, agent, points in runs:
       reached, final = _summary(points)
-      print(f'| {name} | {seed} | {agent} | '
+      print_(f'| {name} | {seed} | {agent} | '
             f'{int(reached) if reached is not None else "not reached"} | '
             f'{final:.1f} |')
       if points:
@@ -360,10 +381,10 @@ def _report(results, commit, cpu):
   # Across seeds: how many reached the target, the median steps of those
   # that did, and the final return's mean and spread.
   num_seeds = len({seed for runs in results.values() for seed, _, _ in runs})
-  print(f'\nAcross seeds ({num_seeds}):\n')
-  print('| setting | agent | seeds reaching target | median env steps to '
+  print_(f'\nAcross seeds ({num_seeds}):\n')
+  print_('| setting | agent | seeds reaching target | median env steps to '
         'target (those reaching it) | final avg return, mean ± std |')
-  print('|---|---|---:|---:|---:|')
+  print_('|---|---|---:|---:|---:|')
   for name, runs in results.items():
     by_agent = {}
     for seed, agent, points in runs:
@@ -372,7 +393,7 @@ def _report(results, commit, cpu):
       reached = [r for r, _ in summaries if r is not None]
       finals = np.array([f for _, f in summaries])
       median = f'{int(np.median(reached))}' if reached else '-'
-      print(f'| {name} | {"-" if agent == "." else agent} | '
+      print_(f'| {name} | {"-" if agent == "." else agent} | '
             f'{len(reached)}/{len(summaries)} | {median} | '
             f'{finals.mean():.1f} ± {finals.std():.1f} |')
 
