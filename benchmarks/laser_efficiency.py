@@ -79,7 +79,7 @@ flags.DEFINE_integer('max_settings', 0, 'Run only the first N settings of '
                      'checked before the first run.')
 flags.DEFINE_string('config', None,
                     'A preset (e.g. minatar) run with its own acting and '
-                    'learner sizes and 1 actor per agent. Unset: the '
+                    'learner sizes and the programs\' actor counts. Unset: the '
                     'cartpole config with the sizes the older tables of '
                     'docs/benchmarks.md were measured with.')
 flags.DEFINE_integer('run_timeout_s', 3600,
@@ -296,7 +296,9 @@ def _common_flags(seed, logdir):
   run = [f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
          f'--config.env_id={FLAGS.env}', f'--config.seed={seed}']
   if FLAGS.config:
-    return (['--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
+    # The programs' own actor counts: 2 for one agent (as
+    # benchmarks/minatar.py runs it), 1 per agent of a sweep.
+    return (['--lp_launch_type=local_mp', '--noevaluator',
              f'--config={FLAGS.config}'] + run + list(FLAGS.base_flags))
   return ['--lp_launch_type=local_mp', '--noevaluator', '--num_actors=1',
           # The LASER tables of docs/benchmarks.md were measured with the
