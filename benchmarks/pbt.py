@@ -6,8 +6,9 @@ Four conditions, each a sweep of the same 4 agents (`--learning_rates`, the
 minatar preset's rate times `--lr_factors`: 1/4, 1/2, 1 and 2), run with
 `programs/laser_sweep_lp.py`, `--max_actor_steps` env steps per agent:
 
-  impala         IMPALA agents (no replay), no PBT;
-  impala_pbt     IMPALA agents, PBT every --pbt_interval_steps;
+  impala         IMPALA agents (no replay, no trust region), no PBT;
+  impala_pbt     IMPALA agents, PBT every --pbt_interval_steps (the shared
+                 conditions' interval is scaled to the same env steps);
   shared         one replay shared by the 4, `--replay_fraction` of each
                  batch replayed, the trust region on (LASER's sweep: b 0.5,
                  entropy on online rows), no PBT;
@@ -67,8 +68,15 @@ flags.DEFINE_list('conditions', list(CONDITIONS),
 flags.DEFINE_integer('max_actor_steps', 1_000_000,
                      'Env steps per agent.', lower_bound=1)
 flags.DEFINE_integer('num_actors', 1, 'Actors per agent.', lower_bound=1)
-flags.DEFINE_integer('pbt_interval_steps', 200,
-                     'Learner steps between an agent\'s evolutions.',
+flags.DEFINE_integer('pbt_interval_steps', 100,
+                     'Learner steps between an agent\'s evolutions in the '
+                     'IMPALA conditions (64k env steps with the preset); '
+                     'the shared ones take B(1-f) online rows a step, so '
+                     'theirs is this / (1 - f): both evolve every same '
+                     'number of env steps.',
+                     lower_bound=1)
+flags.DEFINE_integer('run_timeout_s', 3 * 3600,
+                     'A run taking longer is stopped and counted failed.',
                      lower_bound=1)
 flags.DEFINE_float('replay_fraction', 0.5,
                    'The shared conditions\' replayed share of a batch.')
@@ -94,6 +102,14 @@ def learning_rates():
   return [f'{base * float(f):g}' for f in FLAGS.lr_factors]
 
 
+def interval_steps(condition) -> int:
+  """The PBT interval in learner steps: the same env steps per evolution
+  in every condition."""
+  if condition.startswith('shared'):
+    return int(round(FLAGS.pbt_interval_steps / (1. - FLAGS.replay_fraction)))
+  return FLAGS.pbt_interval_steps
+
+
 def run(condition, seed):
   """One sweep to its budget (or the record of an earlier one)."""
   logdir = _logdir(condition, seed)
@@ -108,15 +124,23 @@ def run(condition, seed):
     cmd += ['--share_replay=true',
             f'--config.replay_fraction={FLAGS.replay_fraction}']
   else:
-    cmd += ['--share_replay=false', '--config.replay_fraction=0']
-  if condition.endswith('_pbt'):
-    cmd.append(f'--pbt_interval_steps={FLAGS.pbt_interval_steps}')
+    # IMPALA as the paper runs it: a sweep otherwise takes LASER's trust
+    # region and online-only entropy (program_flags.SWEEP_DEFAULTS).
+    cmd += ['--share_replay=false', '--config.replay_fraction=0',
+            '--config.kl_threshold=none',
+            '--config.entropy_on_online_only=false']
+  pbt = condition.endswith('_pbt')
+  if pbt:
+    cmd.append(f'--pbt_interval_steps={interval_steps(condition)}')
   cmd += list(FLAGS.program_flags)
   return program_runs.run_once(
-      f'pbt.py: {condition} seed {seed}', cmd, logdir, game=FLAGS.game,
+      f'pbt.py: {condition} seed {seed}', cmd, logdir,
+      timeout_s=FLAGS.run_timeout_s, game=FLAGS.game,
       condition=condition, seed=seed, max_actor_steps=FLAGS.max_actor_steps,
       replay_fraction=FLAGS.replay_fraction,
-      program_flags=list(FLAGS.program_flags))
+      program_flags=list(FLAGS.program_flags),
+      lr_factors=list(FLAGS.lr_factors), num_actors=FLAGS.num_actors,
+      pbt_interval_steps=interval_steps(condition) if pbt else 0)
 
 
 def agent_curves(logdir):
@@ -155,8 +179,10 @@ def summarize():
         continue
       per_agent = agent_curves(logdir)
       values = np.array([[curves.value_at(c, x) for x in grid] for c in per_agent])
-      finals = np.array([float(m[-1]) if len(m) else np.nan
-                         for _, m in per_agent])
+      # At the budget: actors run on until every agent has reached it, so
+      # an agent's last episodes may lie past it.
+      finals = np.array([curves.value_at(c, FLAGS.max_actor_steps)
+                         for c in per_agent])
       results[condition, seed] = (values, finals, events(logdir))
       with open(os.path.join(FLAGS.outdir, f'pbt_{condition}_s{seed}.csv'),
                 'w', newline='') as f:
@@ -257,11 +283,22 @@ def main(argv):
         f'{FLAGS.conditions}, seeds {FLAGS.seeds}, '
         f'{FLAGS.max_actor_steps:,} env steps per agent, one run at a time.',
         flush=True)
+  failed = []
   if not FLAGS.summarize_only:
     for seed in FLAGS.seeds:
       for condition in FLAGS.conditions:
-        run(condition, seed)
+        try:
+          run(condition, seed)
+        except SystemExit as error:  # Noted; the other runs go on.
+          print(error, flush=True)
+          failed.append(f'{condition} seed {seed}')
+          continue
+        # The files so far: a long benchmark stopped part-way keeps them.
+        summarize()
   summarize()
+  if failed:
+    raise SystemExit(f'pbt.py: {len(failed)} run(s) failed: '
+                     f'{"; ".join(failed)}')
 
 
 if __name__ == '__main__':

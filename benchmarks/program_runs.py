@@ -5,6 +5,7 @@ benchmark resumes where it stopped (`benchmarks/minatar.py`,
 
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -13,16 +14,29 @@ import provenance
 DONE = 'benchmark_run.json'
 
 
-def run_once(label: str, cmd, logdir: str, **record) -> dict:
+# How long a launcher has to stop its nodes after SIGTERM.
+_STOP_GRACE_S = 120
+
+
+def run_once(label: str, cmd, logdir: str, timeout_s=None, **record) -> dict:
   """Runs `cmd` (whose logdir is `logdir`) to its end, or returns the record
   of an earlier finished run there. `label` names the run in messages
   ('minatar.py: Breakout seed 0'); `record` is written with the exit
   status, wall seconds, launch commit and CPU. Exits naming the run when it
-  fails or when `logdir` holds an unfinished run."""
+  fails, outlives `timeout_s` (stopped with SIGTERM, so that the launcher
+  stops its nodes), when `logdir` holds an unfinished run, or when the
+  earlier run's record differs from `record` in a setting both name."""
   done = os.path.join(logdir, DONE)
   if os.path.exists(done):
     with open(done) as f:
-      return json.load(f)
+      earlier = json.load(f)
+    differ = {k: (earlier[k], v) for k, v in record.items()
+              if k in earlier and earlier[k] != v}
+    if differ:
+      raise SystemExit(
+          f'{label}: {logdir} holds a finished run with other settings '
+          f'(earlier, now): {differ}; remove it or use another --logroot.')
+    return earlier
   if os.path.exists(logdir):
     raise SystemExit(f'{logdir} holds an unfinished run; remove it (or '
                      'resume it by hand with --restore) first.')
@@ -30,7 +44,18 @@ def run_once(label: str, cmd, logdir: str, **record) -> dict:
   # The code the run starts with: the tree may change while it runs.
   commit = provenance.git_commit()
   start = time.time()
-  code = subprocess.call(cmd)
+  proc = subprocess.Popen(cmd)
+  try:
+    code = proc.wait(timeout=timeout_s)
+  except subprocess.TimeoutExpired:
+    proc.send_signal(signal.SIGTERM)
+    try:
+      proc.wait(timeout=_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+    raise SystemExit(f'{label} ran past {timeout_s:g} s and was stopped; '
+                     f'see {logdir}/nodes/.') from None
   record = dict(record, exit=code, wall_seconds=time.time() - start,
                 commit=commit, cpu=provenance.cpu())
   if code != 0:
