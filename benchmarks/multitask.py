@@ -21,7 +21,8 @@ paper's AC(lambda) at 5M 1). Writes under `--outdir`:
   multitask.png           the suite score of each seed of both against
                           total env steps;
   multitask_summary.csv   and a Markdown table: per game the final means
-                          of each seed of both, and their suite scores.
+                          of each seed of both, and their suite scores;
+  multitask_game_steps.csv  the env steps each game got in each run.
 
   python benchmarks/multitask.py --seeds=0
   python benchmarks/multitask.py --summarize_only
@@ -68,6 +69,12 @@ flags.DEFINE_integer('points', 100, 'Grid points of the per-seed CSVs.',
                      lower_bound=2)
 flags.DEFINE_bool('summarize_only', False,
                   'Run nothing; summarise the runs under --logroot.')
+flags.DEFINE_bool('include_unfinished', False,
+                  'Summarise also runs that did not finish (stopped or '
+                  'failed part-way), up to their last logged episode.')
+flags.DEFINE_integer('run_timeout_s', 8 * 3600,
+                     'A run taking longer is stopped and counted failed.',
+                     lower_bound=1)
 FLAGS = flags.FLAGS
 
 _DONE = program_runs.DONE
@@ -87,7 +94,8 @@ def run(seed):
          f'--logdir={logdir}', '--progress_interval_s=60'
          ] + list(FLAGS.program_flags)
   return program_runs.run_once(
-      f'multitask.py: seed {seed}', cmd, logdir, seed=seed,
+      f'multitask.py: seed {seed}', cmd, logdir,
+      timeout_s=FLAGS.run_timeout_s, seed=seed,
       max_actor_steps=FLAGS.max_actor_steps, num_actors=FLAGS.num_actors,
       program_flags=list(FLAGS.program_flags))
 
@@ -107,6 +115,25 @@ def multitask_curves(logdir):
     steps, returns = curves.read_episodes(paths)
     out[minatar.game(task)] = (steps, curves.moving_mean(returns,
                                                          TRAIN_WINDOW))
+  return out
+
+
+def game_env_steps(logdir):
+  """{game: env steps its actors played} of a multi-task run: each game's
+  share of the total is what its actors managed, not exactly T / 5."""
+  with open(os.path.join(logdir, 'config.json')) as f:
+    record = json.load(f)
+  tasks = multitask.task_ids(record['configs'][0]['env_ids'])
+  num_actors = record['options']['num_actors']
+  out = {}
+  for k, task in enumerate(tasks):
+    total = 0.
+    for i in range(k, num_actors, len(tasks)):
+      columns = curves.read_csv(os.path.join(logdir, 'logs', f'actor_{i}',
+                                             'logs.csv'))
+      lengths = columns.get('episode_length', np.zeros(0))
+      total += float(np.nansum(lengths))
+    out[minatar.game(task)] = int(total)
   return out
 
 
@@ -151,8 +178,14 @@ def summarize(seeds):
   os.makedirs(FLAGS.outdir, exist_ok=True)
   multi = {}
   for seed in seeds:
-    if os.path.exists(os.path.join(_logdir(seed), _DONE)):
-      multi[seed] = multitask_curves(_logdir(seed))
+    logdir = _logdir(seed)
+    if os.path.exists(os.path.join(logdir, _DONE)):
+      multi[seed] = multitask_curves(logdir)
+    elif FLAGS.include_unfinished and os.path.exists(
+        os.path.join(logdir, 'config.json')):
+      print(f'multitask.py: seed {seed} did not finish; summarised up to '
+            'its last logged episode.')
+      multi[seed] = multitask_curves(logdir)
     else:
       print(f'multitask.py: no finished run of seed {seed} under '
             f'{FLAGS.logroot}; left out.')
@@ -199,6 +232,19 @@ def summarize(seeds):
   for agent, seed, finals, score in rows:
     print(f'| {agent} | {seed} | ' + ' | '.join(
         f'{finals[g]:.1f}' for g in minatar.GAMES) + f' | {score:.3f} |')
+  with open(os.path.join(FLAGS.outdir, 'multitask_game_steps.csv'), 'w',
+            newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['seed'] + list(minatar.GAMES))
+    print('\nEnv steps each game got in the multi-task run (the single-task '
+          'agents: the total / 5 each):\n')
+    print('| seed | ' + ' | '.join(minatar.GAMES) + ' |')
+    print('|---|' + '---:|' * len(minatar.GAMES))
+    for seed in multi:
+      steps = game_env_steps(_logdir(seed))
+      writer.writerow([seed] + [steps.get(g, 0) for g in minatar.GAMES])
+      print(f'| {seed} | ' + ' | '.join(f'{steps.get(g, 0):,}'
+                                        for g in minatar.GAMES) + ' |')
 
 
 def _plot(multi, single, grid):
