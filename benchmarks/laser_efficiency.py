@@ -77,6 +77,15 @@ flags.DEFINE_string('outdir', os.path.join(_ROOT, 'benchmarks', 'results'),
 flags.DEFINE_integer('max_settings', 0, 'Run only the first N settings of '
                      'the suite (0: all); every setting\'s config is still '
                      'checked before the first run.')
+flags.DEFINE_integer('first_setting', 0, 'Start at this setting of the '
+                     'suite (0-based; with --max_settings, a slice): the '
+                     'rest of a suite stopped part-way.')
+flags.DEFINE_integer('stored_replay_capacity', None,
+                     "sharing: the replay capacity of the 'stored' setting. "
+                     "Its items are trajectories of unroll_length steps, "
+                     "'recompute''s whole episodes: give it the env steps "
+                     'the episodes hold (episodes x mean length / unroll). '
+                     "Unset: the config's.")
 flags.DEFINE_string('config', None,
                     'A preset (e.g. minatar) run with its own acting and '
                     'learner sizes and the programs\' actor counts. Unset: the '
@@ -128,7 +137,9 @@ def _sharing_settings():
       ('separate +TR recompute', 'laser_sweep_lp.py',
        grid + [b, recompute, '--noshare_replay']),
       ('shared +TR stored', 'laser_sweep_lp.py',
-       grid + [b, '--config.replay_core_state=stored']),
+       grid + [b, '--config.replay_core_state=stored'] + (
+           [f'--config.replay_capacity={FLAGS.stored_replay_capacity}']
+           if FLAGS.stored_replay_capacity else [])),
       # The same 4 agents as IMPALA: what naive sharing is compared with
       # (LASER Figure 3 left).
       ('no replay f=0', 'laser_sweep_lp.py',
@@ -262,6 +273,7 @@ def main(argv):
   settings = _settings()
   for name, _, args in settings:
     _check_config(name, args)
+  settings = settings[FLAGS.first_setting:]
   if FLAGS.max_settings:
     settings = settings[:FLAGS.max_settings]
   results, failed = {}, []
