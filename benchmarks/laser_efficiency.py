@@ -26,7 +26,9 @@ stored states, and the same 4 agents with no replay (f = 0). `--config`
 runs a preset (e.g. minatar) at its own sizes. Every invocation prints the git commit and its settings, and
 writes the raw per-seed summaries and curve points as CSV
 (`--outdir/<prefix>_summary.csv`, `<prefix>_curves.csv`; the prefix is the
-suite, plus the environment unless CartPole) beside the PNGs.
+suite, plus the environment unless CartPole) beside the PNGs, and what the
+learners logged at the end of each run (`<prefix>_learner.csv`: trust-region
+rejections, policy lag, replay staleness, entropy, learner steps).
 """
 
 import csv
@@ -190,6 +192,47 @@ def _curves(logdir):
   return {k: sorted(v, key=lambda p: p[0]) for k, v in curves.items()}
 
 
+# What the learners logged that explains a result: means over the last
+# tenth of each learner's logged steps.
+LEARNER_COLUMNS = ('rejected_fraction_online', 'rejected_fraction_replay',
+                   'policy_lag_mean', 'replay_staleness_mean', 'entropy')
+
+
+def learner_summary(logdir):
+  """{agent: {column: mean over the last tenth of its steps, and
+  'learner_steps': its last}} from the learners' CSV logs."""
+  from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
+  out = {}
+  for path in glob.glob(os.path.join(logdir, 'logs', '**', 'learner',
+                                     'logs.csv'), recursive=True):
+    agent = os.path.relpath(os.path.dirname(os.path.dirname(path)),
+                            os.path.join(logdir, 'logs'))
+    columns = curves.read_csv(path)
+    steps = columns.get('learner_steps', np.zeros(0))
+    if not len(steps):
+      continue
+    tail = slice(len(steps) - max(1, len(steps) // 10), None)
+    row = {'learner_steps': int(np.nanmax(steps))}
+    for name in LEARNER_COLUMNS:
+      values = columns.get(name, np.full(len(steps), np.nan))[tail]
+      row[name] = (float(np.nanmean(values)) if np.isfinite(values).any()
+                   else float('nan'))
+    out[agent] = row
+  return out
+
+
+def _write_learner_summary(learners, commit):
+  with open(os.path.join(FLAGS.outdir, f'{_prefix()}_learner.csv'), 'w',
+            newline='') as f:
+    out = csv.writer(f)
+    out.writerow(['setting', 'seed', 'agent', 'learner_steps'] +
+                 list(LEARNER_COLUMNS) + ['commit'])
+    for (name, seed), agents in learners.items():
+      for agent, row in sorted(agents.items()):
+        out.writerow([name, seed, agent, row['learner_steps']] +
+                     [f'{row[c]:.4g}' for c in LEARNER_COLUMNS] + [commit])
+
+
 def _window(points) -> float:
   """The summaries' window of environment steps: a tenth of the run."""
   return max(1000., max(s for s, _ in points) / 10.)
@@ -276,7 +319,7 @@ def main(argv):
   settings = settings[FLAGS.first_setting:]
   if FLAGS.max_settings:
     settings = settings[:FLAGS.max_settings]
-  results, failed = {}, []
+  results, failed, learners = {}, [], {}
   for seed in FLAGS.seeds:
     for name, prog, args in settings:
       logdir = tempfile.mkdtemp(prefix='laser_eff_')
@@ -293,6 +336,8 @@ def main(argv):
           continue
         for agent, points in _curves(logdir).items():
           results.setdefault(name, []).append((seed, agent, points))
+        learners[name, seed] = learner_summary(logdir)
+        _write_learner_summary(learners, commit)
         # The files so far: a long suite stopped part-way keeps its runs.
         _report(results, commit, provenance.cpu(), quiet=True)
       finally:
