@@ -86,6 +86,7 @@ from acme_impala.agent import config as config_lib
 from acme_impala.agent import learning
 from acme_impala.agent import networks
 from acme_impala.agent import types
+from acme_impala.agent import vtrace
 from acme_impala.envs import registry
 from acme_impala.host import hardware
 import provenance  # pylint: disable=g-import-not-at-top
@@ -507,6 +508,135 @@ def _replay_states_report(repeats: int, envs, steps):
           f'{ratio("fill_steps_per_s"):.2f}x.')
 
 
+# -- Where a float32 step goes (--breakdown). --------------------------------
+
+
+class _Timed:
+  """A callable timed like a learner (`step()`), for _median_step_s."""
+
+  def __init__(self, fn, *args):
+    self._fn, self._args = fn, args
+
+  def step(self):
+    out = self._fn(*self._args)
+    # Wait for the result, as a learner step does (its metrics to numpy).
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t,
+                          out)
+
+
+def _breakdown_parts(config, spec, sample):
+  """{part: object with step()}: the default learner step, cut apart.
+
+  Each part is its own tf.function on the same batch and the same weights;
+  the parts overlap (each contains the ones above it in the report), so
+  differences, not sums, say what a piece costs."""
+  learner = learning.IMPALALearner(
+      _make_network(config, spec), itertools.repeat(sample), config,
+      logger=loggers.NoOpLogger())
+  # The same step with a no-op optimiser: forward, backward, V-trace, the
+  # loss and the logged metrics, without the RMSProp update.
+  no_update = learning.IMPALALearner(
+      _make_network(config, spec), itertools.repeat(sample), config,
+      logger=loggers.NoOpLogger())
+  no_update._apply_fn = tf.linalg.global_norm  # pylint: disable=protected-access
+  net = _make_network(config, spec)
+  data = tf2_utils.batch_to_sequence(sample.data)  # [T+1, B, ...]
+  state = tf.nest.map_structure(lambda s: s[0],
+                                data.extras[types.CORE_STATE])
+  start = tf.cast(data.start_of_episode, tf.bool)
+  frames = data.observation.observation if networks.is_oar(
+      data.observation) else data.observation
+  flat_frames = tf.reshape(frames, [-1] + frames.shape[2:].as_list())
+  torso = net._torso  # pylint: disable=protected-access
+  online = tf.ones([config.batch_size], tf.bool)
+  walk_start = tf.zeros([config.batch_size], tf.bool)
+
+  @tf.function(autograph=False)
+  def torso_forward():
+    return tf.reduce_sum(torso(flat_frames))
+
+  @tf.function(autograph=False)
+  def torso_backward():
+    with tf.GradientTape() as tape:
+      out = tf.reduce_sum(torso(flat_frames))
+    return tape.gradient(out, torso.trainable_variables)
+
+  @tf.function(autograph=False)
+  def unroll_forward():
+    (logits, values), _ = net.unroll(data.observation, state, start)
+    return tf.reduce_sum(logits) + tf.reduce_sum(values)
+
+  @tf.function(autograph=False)
+  def unroll_backward():
+    with tf.GradientTape() as tape:
+      (logits, values), _ = net.unroll(data.observation, state, start)
+      out = tf.reduce_sum(logits) + tf.reduce_sum(values)
+    return tape.gradient(out, net.trainable_variables)
+
+  t, b = data.reward.shape[0] - 1, config.batch_size
+  log_rhos = tf.random.stateless_normal([t, b], [1, 2]) * 0.3
+  discounts = tf.fill([t, b], config.discount)
+  rewards = tf.random.stateless_uniform([t, b], [3, 4])
+  values = tf.random.stateless_normal([t, b], [5, 6])
+  bootstrap = tf.random.stateless_normal([b], [7, 8])
+  vtrace_xla = tf.function(vtrace.vtrace_from_importance_weights,
+                           jit_compile=True, autograph=False)
+  gradients = [tf.random.stateless_normal(v.shape, [9, 10]) * 1e-3
+               for v in learner._variables]  # pylint: disable=protected-access
+  apply_fn = learner._apply_fn  # pylint: disable=protected-access
+  update = learner._update  # pylint: disable=protected-access
+  return {
+      'torso forward': _Timed(torso_forward),
+      'torso forward + backward': _Timed(torso_backward),
+      'network unroll forward (torso, LSTM, heads)': _Timed(unroll_forward),
+      'network unroll forward + backward': _Timed(unroll_backward),
+      'V-trace alone (XLA)': _Timed(vtrace_xla, log_rhos, discounts, rewards,
+                                    values, bootstrap),
+      'RMSProp update alone (clip + apply)': _Timed(apply_fn, gradients),
+      'update without RMSProp (loss, gradients, metrics)': _Timed(
+          no_update._update, sample.data, online, walk_start),  # pylint: disable=protected-access
+      'update (tf.data call of the step)': _Timed(update, sample.data,
+                                                  online, walk_start),
+      'learner.step() (+ batch from iterator, metrics to Python)': learner,
+      _ACME: None,  # Filled by the caller (its own Snapshotter patch).
+  }
+
+
+def _breakdown_report(envs, quick: bool):
+  """The float32 step cut into parts, per network, in this process."""
+  print(f'learner_bench.py --breakdown at commit {provenance.git_commit()}: '
+        f'TensorFlow {tf.__version__}, {_ONEDNN}='
+        f'{os.environ.get(_ONEDNN, "0")}, on {provenance.cpu()}; '
+        f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH}, float32, '
+        "compile_mode='vtrace_and_optimizer'. Each part is timed alone on "
+        'the same batch, repeats interleaved, median. Parts overlap: read '
+        'differences.\n')
+  for label, overrides, plan, quick_plan in _NETWORKS:
+    if envs and overrides['env_id'] not in envs:
+      continue
+    config = _make_config(dict(overrides, torso_dtype='float32'))
+    sample, spec, _ = _make_batch(config)
+    parts = _breakdown_parts(config, spec, sample)
+    real_snapshotter = acme_learning.tf2_savers.Snapshotter
+    acme_learning.tf2_savers.Snapshotter = _NoOpSnapshotter
+    try:
+      parts[_ACME] = _acme_learner(config, spec, sample)
+    finally:
+      acme_learning.tf2_savers.Snapshotter = real_snapshotter
+    for part in parts.values():
+      part.step()  # Trace and compile, untimed.
+    warmup, rounds, target_s = quick_plan if quick else plan
+    step_s, _ = _median_step_s(parts, warmup, rounds, target_s)
+    full = step_s['learner.step() (+ batch from iterator, metrics to Python)']
+    print(f'### {label}\n')
+    print('| part | median (ms) | share of learner.step() |')
+    print('|---|---:|---:|')
+    for name, seconds in step_s.items():
+      print(f'| {name} | {seconds * 1e3:.2f} | {seconds / full:.0%} |')
+    print()
+    sys.stdout.flush()
+
+
 _ONEDNN = 'TF_ENABLE_ONEDNN_OPTS'
 
 
@@ -573,6 +703,10 @@ def main():
                       "default, as users run Acme) and on, then every "
                       "learner against Acme's in both settings; process: "
                       "one table in this process as its environment is")
+  parser.add_argument('--breakdown', action='store_true',
+                      help='where a float32 step of our learner goes '
+                      '(torso, LSTM, V-trace, optimiser, input, Python), '
+                      'part by part, with Acme\'s step beside it')
   parser.add_argument('--json_out', default=None,
                       help='also write the step times as JSON here')
   parser.add_argument('--envs', default=None,
@@ -597,6 +731,9 @@ def main():
                           [e for e in _REPLAY_ENVS if not envs or e in envs],
                           _REPLAY_QUICK_STEPS if args.quick else (
                               _REPLAY_FILL_STEPS, _REPLAY_TIMED_STEPS))
+    return
+  if args.breakdown:
+    _breakdown_report(envs, args.quick)
     return
   if args.onednn == 'both':
     _onednn_report(args.quick, envs, modes)
