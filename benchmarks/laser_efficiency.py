@@ -272,7 +272,8 @@ def _read_curves_csv(path):
   """{setting: [(seed, agent, points)]} from a `<prefix>_curves.csv`."""
   results = {}
   with open(path) as f:
-    for row in csv.DictReader(f):
+    # Lines starting with '#' say where the runs were made.
+    for row in csv.DictReader(l for l in f if not l.startswith('#')):
       runs = results.setdefault(row['setting'], {})
       runs.setdefault((row['seed'], row['agent']), []).append(
           (float(row['actor_steps']), float(row['episode_return'])))
@@ -429,6 +430,7 @@ def _report(results, commit, cpu, quiet=False):
                       FLAGS.max_actor_steps])
   with open(os.path.join(FLAGS.outdir, f'{_prefix()}_curves.csv'), 'w',
             newline='') as f:
+    f.write(f'# runs made at commit {commit} on {cpu}\n')
     out = csv.writer(f)
     out.writerow(['setting', 'seed', 'agent', 'actor_steps',
                   'episode_return'])
