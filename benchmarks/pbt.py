@@ -283,7 +283,7 @@ def main(argv):
         f'{FLAGS.conditions}, seeds {FLAGS.seeds}, '
         f'{FLAGS.max_actor_steps:,} env steps per agent, one run at a time.',
         flush=True)
-  failed = []
+  failed, summarized = [], False
   if not FLAGS.summarize_only:
     for seed in FLAGS.seeds:
       for condition in FLAGS.conditions:
@@ -292,10 +292,13 @@ def main(argv):
         except SystemExit as error:  # Noted; the other runs go on.
           print(error, flush=True)
           failed.append(f'{condition} seed {seed}')
+          summarized = False
           continue
         # The files so far: a long benchmark stopped part-way keeps them.
         summarize()
-  summarize()
+        summarized = True
+  if not summarized:
+    summarize()
   if failed:
     raise SystemExit(f'pbt.py: {len(failed)} run(s) failed: '
                      f'{"; ".join(failed)}')
