@@ -46,6 +46,7 @@ sys.path.insert(0, _ROOT)
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
+import program_runs  # pylint: disable=g-import-not-at-top
 import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_enum('suite', 'laser',
@@ -68,20 +69,27 @@ flags.DEFINE_string('env', 'CartPole-v1', 'Environment id.')
 flags.DEFINE_float('target', 195., 'Target mean return of training episodes '
                   '(over the trailing tenth of the run).')
 flags.DEFINE_float('kl_threshold', 0.5, 'LASER trust-region threshold b.')
-# The table in docs/benchmarks.md was measured with the cartpole config as it was before
-# its baseline and entropy costs were tuned for the IMPALA program (0.1,
-# 0.003); these flags reproduce it. `--base_flags=` runs the current defaults.
-flags.DEFINE_list('base_flags',
-                  ['--config.baseline_cost=0.5', '--config.entropy_cost=0.01'],
-                  'Config overrides given to every setting.')
+# The CartPole tables in docs/benchmarks.md were measured with the cartpole
+# config as it was before its baseline and entropy costs were tuned for the
+# IMPALA program (0.1, 0.003); these flags reproduce them.
+_CARTPOLE_TABLES_FLAGS = ['--config.baseline_cost=0.5',
+                          '--config.entropy_cost=0.01']
+flags.DEFINE_list('base_flags', None,
+                  'Config overrides given to every setting. Unset: none '
+                  'with --config; without it, those the CartPole tables '
+                  f'were measured with ({",".join(_CARTPOLE_TABLES_FLAGS)}). '
+                  '`--base_flags=`: none.')
 flags.DEFINE_string('outdir', os.path.join(_ROOT, 'benchmarks', 'results'),
                     'Where the PNG curves go.')
 flags.DEFINE_integer('max_settings', 0, 'Run only the first N settings of '
                      'the suite (0: all); every setting\'s config is still '
-                     'checked before the first run.')
+                     'checked before the first run.', lower_bound=0)
 flags.DEFINE_integer('first_setting', 0, 'Start at this setting of the '
                      'suite (0-based; with --max_settings, a slice): the '
-                     'rest of a suite stopped part-way.')
+                     'rest of a suite stopped part-way. A slice adds its '
+                     'runs to the files of the others (same env and env '
+                     'steps), replacing those of the settings it re-runs.',
+                     lower_bound=0)
 flags.DEFINE_integer('stored_replay_capacity', None,
                      "sharing: the replay capacity of the 'stored' setting. "
                      "Its items are trajectories of unroll_length steps, "
@@ -167,29 +175,34 @@ def _settings():
       ('sweep shared f=0.875 +TR', 'laser_sweep_lp.py',
        ['--learning_rates=1e-3,2e-3', '--entropy_costs=0.01', b,
         '--config.entropy_on_online_only=true']),
+      # A sweep turns the trust region on unless told otherwise.
       ('sweep shared f=0.875 no TR', 'laser_sweep_lp.py',
        ['--learning_rates=1e-3,2e-3', '--entropy_costs=0.01',
+        '--config.kl_threshold=none',
         '--config.entropy_on_online_only=true']),
   ]
 
 
+def _agent_logs(logdir, node):
+  """{agent: [CSV logs of its `node` ('actor_*', 'learner')]}: agents
+  'agent_0', ... of a sweep, '.' for one agent."""
+  from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
+  logs = os.path.join(logdir, 'logs')
+  return {agent: sorted(glob.glob(os.path.join(logs, agent, node,
+                                               'logs.csv')))
+          for agent in curves.agent_names(logdir) or ['.']}
+
+
 def _curves(logdir):
-  """{agent: [(actor_steps, episode_return)]} from actor CSVs."""
-  curves = {}
-  for path in glob.glob(os.path.join(logdir, 'logs', '**', 'actor_*',
-                                     'logs.csv'), recursive=True):
-    agent = os.path.relpath(os.path.dirname(os.path.dirname(path)),
-                            os.path.join(logdir, 'logs'))
-    with open(path) as f:
-      for row in csv.DictReader(f):
-        try:
-          point = (float(row['actor_steps']), float(row['episode_return']))
-        except (KeyError, ValueError):
-          continue
-        if point[0] == point[0]:
-          curves.setdefault(agent, []).append(point)
-  # By step only (a stable sort keeps each actor's order within a step).
-  return {k: sorted(v, key=lambda p: p[0]) for k, v in curves.items()}
+  """{agent: [(actor_steps, episode_return)]} of the actors' episodes, in
+  env-step order."""
+  from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
+  out = {}
+  for agent, paths in _agent_logs(logdir, 'actor_*').items():
+    steps, returns = curves.read_episodes(paths)
+    if len(steps):
+      out[agent] = list(zip(steps.tolist(), returns.tolist()))
+  return out
 
 
 # What the learners logged that explains a result: means over the last
@@ -199,15 +212,15 @@ LEARNER_COLUMNS = ('rejected_fraction_online', 'rejected_fraction_replay',
 
 
 def learner_summary(logdir):
-  """{agent: {column: mean over the last tenth of its steps, and
-  'learner_steps': its last}} from the learners' CSV logs."""
+  """{agent: {column: mean over the last tenth of its log's rows (written
+  about once a second), and 'learner_steps': its last}} from the learners'
+  CSV logs."""
   from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
   out = {}
-  for path in glob.glob(os.path.join(logdir, 'logs', '**', 'learner',
-                                     'logs.csv'), recursive=True):
-    agent = os.path.relpath(os.path.dirname(os.path.dirname(path)),
-                            os.path.join(logdir, 'logs'))
-    columns = curves.read_csv(path)
+  for agent, paths in _agent_logs(logdir, 'learner').items():
+    if not paths:
+      continue
+    columns = curves.read_csv(paths[0])
     steps = columns.get('learner_steps', np.zeros(0))
     if not len(steps):
       continue
@@ -221,16 +234,16 @@ def learner_summary(logdir):
   return out
 
 
-def _write_learner_summary(learners, commit):
-  with open(os.path.join(FLAGS.outdir, f'{_prefix()}_learner.csv'), 'w',
-            newline='') as f:
+def _write_learner_summary(learners, made):
+  with open(_path('learner'), 'w', newline='') as f:
     out = csv.writer(f)
     out.writerow(['setting', 'seed', 'agent', 'learner_steps'] +
                  list(LEARNER_COLUMNS) + ['commit'])
     for (name, seed), agents in learners.items():
       for agent, row in sorted(agents.items()):
         out.writerow([name, seed, agent, row['learner_steps']] +
-                     [f'{row[c]:.4g}' for c in LEARNER_COLUMNS] + [commit])
+                     [f'{row[c]:.4g}' for c in LEARNER_COLUMNS] +
+                     [made[name, seed][0]])
 
 
 def _window(points) -> float:
@@ -268,18 +281,39 @@ def _summary(points):
   return reached, means[-1]
 
 
-def _read_curves_csv(path):
-  """{setting: [(seed, agent, points)]} from a `<prefix>_curves.csv`."""
-  results = {}
-  with open(path) as f:
-    # Lines starting with '#' say where the runs were made.
-    for row in csv.DictReader(l for l in f if not l.startswith('#')):
-      runs = results.setdefault(row['setting'], {})
-      runs.setdefault((row['seed'], row['agent']), []).append(
-          (float(row['actor_steps']), float(row['episode_return'])))
-  return {name: [(seed, agent, sorted(points, key=lambda p: p[0]))
-                 for (seed, agent), points in runs.items()]
-          for name, runs in results.items()}
+def _rows(path):
+  """The rows of one of this script's CSVs ([] if there is none); lines
+  starting with '#' say where the runs were made."""
+  if not os.path.exists(path):
+    return []
+  with open(path, newline='') as f:
+    return list(csv.DictReader(l for l in f if not l.startswith('#')))
+
+
+def _read_files(curves_path):
+  """(results {setting: [(seed, agent, points)]}, made {(setting, seed):
+  (commit, cpu)}, learners {(setting, seed): {agent: row}}, the summary's
+  rows) from the files of an earlier invocation, named by its
+  `<prefix>_curves.csv`."""
+  runs = {}
+  for row in _rows(curves_path):
+    runs.setdefault(row['setting'], {}).setdefault(
+        (row['seed'], row['agent']), []).append(
+            (float(row['actor_steps']), float(row['episode_return'])))
+  results = {name: [(seed, agent, sorted(points, key=lambda p: p[0]))
+                    for (seed, agent), points in by_run.items()]
+             for name, by_run in runs.items()}
+  summary = _rows(curves_path.replace('_curves.csv', '_summary.csv'))
+  made = {(name, seed): ('commit not recorded', 'CPU not recorded')
+          for name, by_run in runs.items() for seed, _ in by_run}
+  made.update({(r['setting'], r['seed']): (
+      r['commit'], r.get('cpu') or 'CPU not recorded') for r in summary})
+  learners = {}
+  for row in _rows(curves_path.replace('_curves.csv', '_learner.csv')):
+    learners.setdefault((row['setting'], row['seed']), {})[row['agent']] = {
+        'learner_steps': int(row['learner_steps']),
+        **{c: float(row[c]) for c in LEARNER_COLUMNS}}
+  return results, made, learners, summary
 
 
 def _prefix():
@@ -291,62 +325,109 @@ def _prefix():
   return f'{FLAGS.suite}_{env.strip("_")}'
 
 
+def _path(kind):
+  """`<outdir>/<prefix>_<kind>.csv`."""
+  return os.path.join(FLAGS.outdir, f'{_prefix()}_{kind}.csv')
+
+
+def _earlier_runs(names):
+  """The files' runs of the settings a slice of the suite does not re-run
+  (as `_read_files`), after checking they were made at this invocation's
+  env and env steps."""
+  results, made, learners, summary = _read_files(_path('curves'))
+  for row in summary:
+    made_at = (row['env'], int(row['max_actor_steps']))
+    if made_at != (FLAGS.env, FLAGS.max_actor_steps):
+      raise app.UsageError(
+          f'{_path("summary")} holds runs of {made_at[0]} at {made_at[1]} '
+          f'env steps, this slice runs {FLAGS.env} at '
+          f'{FLAGS.max_actor_steps}: its runs would be mixed with them. Use '
+          'another --outdir.')
+  keep = lambda key: key[0] not in names
+  return ({n: r for n, r in results.items() if n not in names},
+          {k: v for k, v in made.items() if keep(k)},
+          {k: v for k, v in learners.items() if keep(k)})
+
+
 def main(argv):
   del argv
+  if FLAGS.base_flags is None:
+    FLAGS.base_flags = [] if FLAGS.config else _CARTPOLE_TABLES_FLAGS
   os.makedirs(FLAGS.outdir, exist_ok=True)
-  commit = provenance.git_commit()
-  print(f'laser_efficiency.py --suite={FLAGS.suite} at commit {commit} '
-        f'on {provenance.cpu()}: '
-        f''
+  print(f'laser_efficiency.py --suite={FLAGS.suite} at commit '
+        f'{provenance.git_commit()} on {provenance.cpu()}: '
         f'env {FLAGS.env}, seeds {",".join(FLAGS.seeds)}, '
         f'{FLAGS.max_actor_steps} env steps per agent, target '
         f'{FLAGS.target:g}, base flags {" ".join(FLAGS.base_flags) or "none"}',
         flush=True)
   if FLAGS.from_csv:
-    results = _read_curves_csv(FLAGS.from_csv)
-    summary = FLAGS.from_csv.replace('_curves.csv', '_summary.csv')
-    cpu = 'CPU not recorded'
-    if os.path.exists(summary):  # The commit and CPU the runs were made on.
-      with open(summary) as f:
-        row = next(csv.DictReader(f))
-      commit, cpu = row['commit'], row.get('cpu') or cpu
-    print(f'(re-summarised from {FLAGS.from_csv}, runs made at commit '
-          f'{commit} on {cpu}; not re-run)')
-    _report(results, commit, cpu)
+    results, made, _, _ = _read_files(FLAGS.from_csv)
+    if not results:
+      raise app.UsageError(f'--from_csv={FLAGS.from_csv}: no runs there '
+                           '(expected a <prefix>_curves.csv of this script).')
+    print(f'(re-summarised from {FLAGS.from_csv}, runs made at '
+          f'{_made_at(made)}; not re-run)')
+    _report(results, made)
     return
   settings = _settings()
   for name, _, args in settings:
     _check_config(name, args)
+  if FLAGS.first_setting >= len(settings):
+    raise app.UsageError(
+        f'--first_setting={FLAGS.first_setting}: the {FLAGS.suite} suite has '
+        f'{len(settings)} settings (0 to {len(settings) - 1}).')
+  sliced = FLAGS.first_setting or FLAGS.max_settings
   settings = settings[FLAGS.first_setting:]
   if FLAGS.max_settings:
     settings = settings[:FLAGS.max_settings]
-  results, failed, learners = {}, [], {}
+  results, made, learners = (
+      _earlier_runs({name for name, _, _ in settings}) if sliced
+      else ({}, {}, {}))
+  failed = []
   for seed in FLAGS.seeds:
     for name, prog, args in settings:
       logdir = tempfile.mkdtemp(prefix='laser_eff_')
       print(f'{name}, seed {seed}...', flush=True)
+      # The code each run starts with: a suite's hours see the tree change.
+      commit = provenance.git_commit()
       try:
-        proc = subprocess.run(
-            [sys.executable, os.path.join(_ROOT, 'programs', prog)] +
-            _common_flags(seed, logdir) + args, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
-            timeout=FLAGS.run_timeout_s)
-        if proc.returncode != 0:
-          print(f'  failed ({proc.returncode}): {proc.stdout[-500:]}')
+        output = os.path.join(logdir, 'launcher.log')
+        with open(output, 'w') as out:
+          code = program_runs.run_program(
+              [sys.executable, os.path.join(_ROOT, 'programs', prog)] +
+              _common_flags(seed, logdir) + args, FLAGS.run_timeout_s,
+              stdout=out, stderr=subprocess.STDOUT)
+        if code != 0:
+          with open(output) as f:
+            tail = f.read()[-500:]
+          print(f'  ran past {FLAGS.run_timeout_s} s and was stopped'
+                if code is None else f'  failed ({code})', f': {tail}')
           failed.append(f'{name}, seed {seed}')
           continue
+        made[name, seed] = (commit, provenance.cpu())
+        results[name] = [r for r in results.get(name, []) if r[0] != seed]
         for agent, points in _curves(logdir).items():
-          results.setdefault(name, []).append((seed, agent, points))
+          results[name].append((seed, agent, points))
         learners[name, seed] = learner_summary(logdir)
-        _write_learner_summary(learners, commit)
+        _write_learner_summary(learners, made)
         # The files so far: a long suite stopped part-way keeps its runs.
-        _report(results, commit, provenance.cpu(), quiet=True)
+        _report(results, made, quiet=True)
       finally:
         shutil.rmtree(logdir, ignore_errors=True)
-  _report(results, commit, provenance.cpu())
+  if results:
+    _report(results, made)
   if failed:
     raise SystemExit(f'laser_efficiency.py: {len(failed)} run(s) failed: '
                      f'{"; ".join(failed)}')
+
+
+def _made_at(made):
+  """'commit(s) X, Y on CPU' for each CPU the runs were made on."""
+  by_cpu = {}
+  for commit, cpu in made.values():
+    by_cpu.setdefault(cpu, set()).add(commit)
+  return '; '.join(f'commit(s) {", ".join(sorted(commits))} on {cpu}'
+                   for cpu, commits in sorted(by_cpu.items()))
 
 
 def _common_flags(seed, logdir):
@@ -382,9 +463,13 @@ def _check_config(name, args):
     raise app.UsageError(f'setting {name!r}: {e}') from None
 
 
-def _report(results, commit, cpu, quiet=False):
-  """Prints the tables (unless quiet), draws the PNGs and writes the CSVs."""
+def _report(results, made, quiet=False):
+  """Prints the tables (unless quiet), draws the PNGs and writes the CSVs;
+  settings in the suite's order."""
   print_ = (lambda *a, **k: None) if quiet else print
+  order = [name for name, _, _ in _settings()]
+  results = dict(sorted(results.items(), key=lambda item: (
+      order.index(item[0]) if item[0] in order else len(order))))
   print_(f'\n{FLAGS.env}, {FLAGS.max_actor_steps} env steps per agent, '
         f'target: mean return over the trailing tenth of the run >= '
         f'{FLAGS.target:g} (training episodes); final: mean return of the '
@@ -416,8 +501,7 @@ def _report(results, commit, cpu, quiet=False):
                 bbox_inches='tight')
     plt.close(fig)
 
-  with open(os.path.join(FLAGS.outdir, f'{_prefix()}_summary.csv'),
-            'w', newline='') as f:
+  with open(_path('summary'), 'w', newline='') as f:
     out = csv.writer(f)
     out.writerow(['setting', 'seed', 'agent', 'env_steps_to_target',
                   'final_avg_return', 'commit', 'cpu', 'env',
@@ -426,11 +510,10 @@ def _report(results, commit, cpu, quiet=False):
       for seed, agent, points in runs:
         reached, final = _summary(points)
         out.writerow([name, seed, agent, '' if reached is None else
-                      int(reached), f'{final:.2f}', commit, cpu, FLAGS.env,
-                      FLAGS.max_actor_steps])
-  with open(os.path.join(FLAGS.outdir, f'{_prefix()}_curves.csv'), 'w',
-            newline='') as f:
-    f.write(f'# runs made at commit {commit} on {cpu}\n')
+                      int(reached), f'{final:.2f}', *made[name, seed],
+                      FLAGS.env, FLAGS.max_actor_steps])
+  with open(_path('curves'), 'w', newline='') as f:
+    f.write(f'# runs made at {_made_at(made)}\n')
     out = csv.writer(f)
     out.writerow(['setting', 'seed', 'agent', 'actor_steps',
                   'episode_return'])

@@ -1,7 +1,8 @@
 """A benchmark's program run, done once: a finished run leaves
 `benchmark_run.json` in its logdir and is not run again, so an interrupted
 benchmark resumes where it stopped (`benchmarks/minatar.py`,
-`benchmarks/multitask.py`)."""
+`benchmarks/multitask.py`, `benchmarks/pbt.py`); and a program run with a
+time limit that lets the launcher stop its nodes (`run_program`)."""
 
 import json
 import os
@@ -18,20 +19,47 @@ DONE = 'benchmark_run.json'
 _STOP_GRACE_S = 120
 
 
+def run_program(cmd, timeout_s=None, **popen_kwargs):
+  """Runs `cmd` to its end; returns its exit code, or None when it outlived
+  `timeout_s` and was stopped: with SIGTERM first, so that a launcher stops
+  its nodes (no orphans), killed only if it has not stopped
+  `_STOP_GRACE_S` later."""
+  proc = subprocess.Popen(cmd, **popen_kwargs)
+  try:
+    return proc.wait(timeout=timeout_s)
+  except subprocess.TimeoutExpired:
+    proc.send_signal(signal.SIGTERM)
+    try:
+      proc.wait(timeout=_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+    return None
+
+
+def _command(cmd):
+  """What a record keeps of `cmd`: the program's name and its flags (not
+  the interpreter or the checkout it ran from)."""
+  return [os.path.basename(cmd[1])] + list(cmd[2:])
+
+
 def run_once(label: str, cmd, logdir: str, timeout_s=None, **record) -> dict:
   """Runs `cmd` (whose logdir is `logdir`) to its end, or returns the record
   of an earlier finished run there. `label` names the run in messages
-  ('minatar.py: Breakout seed 0'); `record` is written with the exit
-  status, wall seconds, launch commit and CPU. Exits naming the run when it
-  fails, outlives `timeout_s` (stopped with SIGTERM, so that the launcher
-  stops its nodes), when `logdir` holds an unfinished run, or when the
-  earlier run's record differs from `record` in a setting both name."""
+  ('minatar.py: Breakout seed 0'); `record` is written with the command,
+  exit status, wall seconds, launch commit and CPU. Exits naming the run
+  when it fails, outlives `timeout_s` (see `run_program`), when `logdir`
+  holds an unfinished run, or when the earlier run was made with another
+  command or record."""
   done = os.path.join(logdir, DONE)
+  record = dict(record, command=_command(cmd))
   if os.path.exists(done):
     with open(done) as f:
       earlier = json.load(f)
-    differ = {k: (earlier[k], v) for k, v in record.items()
-              if k in earlier and earlier[k] != v}
+    # A record without its command predates the check: what it ran cannot
+    # be told, so it is not reused.
+    differ = {k: (earlier.get(k, 'not recorded'), v)
+              for k, v in record.items() if earlier.get(k) != v}
     if differ:
       raise SystemExit(
           f'{label}: {logdir} holds a finished run with other settings '
@@ -44,18 +72,10 @@ def run_once(label: str, cmd, logdir: str, timeout_s=None, **record) -> dict:
   # The code the run starts with: the tree may change while it runs.
   commit = provenance.git_commit()
   start = time.time()
-  proc = subprocess.Popen(cmd)
-  try:
-    code = proc.wait(timeout=timeout_s)
-  except subprocess.TimeoutExpired:
-    proc.send_signal(signal.SIGTERM)
-    try:
-      proc.wait(timeout=_STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      proc.wait()
+  code = run_program(cmd, timeout_s)
+  if code is None:
     raise SystemExit(f'{label} ran past {timeout_s:g} s and was stopped; '
-                     f'see {logdir}/nodes/.') from None
+                     f'see {logdir}/nodes/.')
   record = dict(record, exit=code, wall_seconds=time.time() - start,
                 commit=commit, cpu=provenance.cpu())
   if code != 0:

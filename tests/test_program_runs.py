@@ -11,13 +11,20 @@ import pytest
 import docs_commands
 
 _BENCHMARKS = os.path.join(docs_commands.ROOT, 'benchmarks')
-# A benchmark's helper, loaded from its file: the benchmarks directory on
-# sys.path would shadow packages (benchmarks/minatar.py).
-sys.path.append(_BENCHMARKS)  # Its own import of provenance.
-_spec = importlib.util.spec_from_file_location(
-    'program_runs', os.path.join(_BENCHMARKS, 'program_runs.py'))
-program_runs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(program_runs)
+
+
+def _load(name):
+  # A benchmark's helper, loaded from its file: the benchmarks directory on
+  # sys.path would shadow packages (benchmarks/minatar.py).
+  spec = importlib.util.spec_from_file_location(
+      name, os.path.join(_BENCHMARKS, f'{name}.py'))
+  module = sys.modules[name] = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+_load('provenance')  # program_runs's own import.
+program_runs = _load('program_runs')
 
 
 def _python(code):
@@ -39,15 +46,27 @@ def test_a_finished_run_is_recorded_and_not_run_again(tmp_path):
 def test_a_finished_run_with_other_settings_is_refused(tmp_path):
   logdir = tmp_path / 'run'
   logdir.mkdir()
+  cmd = _python('pass')
   (logdir / program_runs.DONE).write_text(json.dumps(
-      {'seed': 0, 'pbt_interval_steps': 200, 'exit': 0}))
+      {'seed': 0, 'pbt_interval_steps': 200, 'exit': 0,
+       'command': ['-c', 'pass']}))
   with pytest.raises(SystemExit, match=r"pbt_interval_steps.*\(200, 100\)"):
-    program_runs.run_once('test: b', _python('pass'), str(logdir), seed=0,
+    program_runs.run_once('test: b', cmd, str(logdir), seed=0,
                           pbt_interval_steps=100)
-  # A setting the earlier record does not name (an older record) is no
-  # mismatch.
-  assert program_runs.run_once('test: b', _python('pass'), str(logdir),
-                               seed=0, lr_factors=[1.])['exit'] == 0
+  # The same record with another command (a flag the record does not name).
+  with pytest.raises(SystemExit, match=r"command.*'pass'.*'pass; 1'"):
+    program_runs.run_once('test: b', _python('pass; 1'), str(logdir),
+                          seed=0, pbt_interval_steps=200)
+  assert program_runs.run_once('test: b', cmd, str(logdir), seed=0,
+                               pbt_interval_steps=200)['exit'] == 0
+
+
+def test_a_record_without_its_command_is_not_reused(tmp_path):
+  logdir = tmp_path / 'run'
+  logdir.mkdir()
+  (logdir / program_runs.DONE).write_text(json.dumps({'seed': 0, 'exit': 0}))
+  with pytest.raises(SystemExit, match="command.*'not recorded'"):
+    program_runs.run_once('test: d', _python('pass'), str(logdir), seed=0)
 
 
 def test_a_run_past_its_timeout_is_stopped_with_sigterm(tmp_path):
@@ -65,3 +84,17 @@ def test_a_run_past_its_timeout_is_stopped_with_sigterm(tmp_path):
   assert time.time() - start < 30
   assert stopped.read_text() == 'stopped'
   assert not (logdir / program_runs.DONE).exists()
+
+
+def test_a_program_deaf_to_sigterm_is_killed_after_the_grace(
+    tmp_path, monkeypatch):
+  monkeypatch.setattr(program_runs, '_STOP_GRACE_S', 2)
+  started = tmp_path / 'started'
+  code = ('import signal, time\n'
+          'signal.signal(signal.SIGTERM, signal.SIG_IGN)\n'
+          f'open({str(started)!r}, "w").write("x")\n'
+          'time.sleep(60)\n')
+  start = time.time()
+  assert program_runs.run_program(_python(code), timeout_s=3) is None
+  assert started.exists()  # It ran, and ignored SIGTERM.
+  assert time.time() - start < 30
