@@ -55,6 +55,7 @@ Why it is built this way:
 """
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -183,20 +184,13 @@ def _make_learners(config, spec, sample, modes):
     learners[f'ours, {cfg.compile_mode}, {_BF16}'] = learning.IMPALALearner(
         _make_network(cfg, spec), itertools.repeat(sample), cfg,
         logger=loggers.NoOpLogger())
-  # Acme's learner builds a Snapshotter that exports a SavedModel of the
-  # network to ~/acme on its first step (then hourly): file I/O, not the
-  # update, and outside this project, so it is replaced by a no-op here.
-  real_snapshotter = acme_learning.tf2_savers.Snapshotter
-  acme_learning.tf2_savers.Snapshotter = _NoOpSnapshotter
-  try:
+  with _no_acme_snapshots():
     learners[_ACME] = _acme_learner(config, spec, sample)
     if bf16:
       # What bfloat16 does for Acme's learner given the same torso: how much
       # of our gain is the network's rather than the update's.
       learners[f'{_ACME}, {_BF16}'] = _acme_learner(
           config.replace(torso_dtype='bfloat16'), spec, sample)
-  finally:
-    acme_learning.tf2_savers.Snapshotter = real_snapshotter
   return learners
 
 
@@ -236,6 +230,20 @@ class _NoOpSnapshotter:
   def save(self, force=False):
     del force
     return False
+
+
+@contextlib.contextmanager
+def _no_acme_snapshots():
+  """Acme's learner builds a Snapshotter that exports a SavedModel of the
+  network to ~/acme on its first step (then hourly): file I/O, not the
+  update, and outside this project, so learners made inside this are given
+  a no-op one."""
+  real_snapshotter = acme_learning.tf2_savers.Snapshotter
+  acme_learning.tf2_savers.Snapshotter = _NoOpSnapshotter
+  try:
+    yield
+  finally:
+    acme_learning.tf2_savers.Snapshotter = real_snapshotter
 
 
 def _warm_up_tensorflow(config, spec, sample):
@@ -598,31 +606,31 @@ def _breakdown_parts(config, spec, sample):
       'update (tf.data call of the step)': _Timed(update, sample.data,
                                                   online, walk_start),
       'learner.step() (+ batch from iterator, metrics to Python)': learner,
-      _ACME: None,  # Filled by the caller (its own Snapshotter patch).
   }
 
 
-def _breakdown_report(envs, quick: bool):
-  """The float32 step cut into parts, per network, in this process."""
+def _breakdown_report(envs, quick: bool, mode=None, json_out=None):
+  """The float32 step cut into parts, per network, in this process, in the
+  compile mode `mode` (default: the config's); the medians (s) also as
+  JSON to `json_out`."""
+  mode = mode or config_lib.IMPALAConfig().compile_mode
   print(f'learner_bench.py --breakdown at commit {provenance.git_commit()}: '
         f'TensorFlow {tf.__version__}, {_ONEDNN}='
         f'{os.environ.get(_ONEDNN, "0")}, on {provenance.cpu()}; '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH}, float32, '
-        "compile_mode='vtrace_and_optimizer'. Each part is timed alone on "
+        f'compile_mode={mode!r}. Each part is timed alone on '
         'the same batch, repeats interleaved, median. Parts overlap: read '
         'differences.\n')
+  results = {}
   for label, overrides, plan, quick_plan in _NETWORKS:
     if envs and overrides['env_id'] not in envs:
       continue
-    config = _make_config(dict(overrides, torso_dtype='float32'))
+    config = _make_config(dict(overrides, torso_dtype='float32',
+                               compile_mode=mode))
     sample, spec, _ = _make_batch(config)
     parts = _breakdown_parts(config, spec, sample)
-    real_snapshotter = acme_learning.tf2_savers.Snapshotter
-    acme_learning.tf2_savers.Snapshotter = _NoOpSnapshotter
-    try:
+    with _no_acme_snapshots():
       parts[_ACME] = _acme_learner(config, spec, sample)
-    finally:
-      acme_learning.tf2_savers.Snapshotter = real_snapshotter
     for part in parts.values():
       part.step()  # Trace and compile, untimed.
     warmup, rounds, target_s = quick_plan if quick else plan
@@ -635,6 +643,10 @@ def _breakdown_report(envs, quick: bool):
       print(f'| {name} | {seconds * 1e3:.2f} | {seconds / full:.0%} |')
     print()
     sys.stdout.flush()
+    results[label] = step_s
+  if json_out:
+    with open(json_out, 'w') as f:
+      json.dump(results, f)
 
 
 _ONEDNN = 'TF_ENABLE_ONEDNN_OPTS'
@@ -724,6 +736,9 @@ def main():
   if bad:
     parser.error(f'--modes={args.modes!r}: {bad} are not compile modes; '
                  f'expected some of {list(config_lib.COMPILE_MODES)}')
+  if args.breakdown and len(modes) > 1 and args.modes:
+    parser.error(f'--modes={args.modes!r}: --breakdown takes one compile '
+                 'mode (default: the config\'s).')
   absl_logging.set_verbosity(absl_logging.ERROR)
   tf.get_logger().setLevel('ERROR')
   if args.replay_states:
@@ -733,7 +748,7 @@ def main():
                               _REPLAY_FILL_STEPS, _REPLAY_TIMED_STEPS))
     return
   if args.breakdown:
-    _breakdown_report(envs, args.quick)
+    _breakdown_report(envs, args.quick, args.modes, args.json_out)
     return
   if args.onednn == 'both':
     _onednn_report(args.quick, envs, modes)
