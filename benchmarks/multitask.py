@@ -5,7 +5,9 @@ Runs `programs/impala_lp.py --config=minatar --config.env_ids=minatar5`
 (one learner, `--num_actors` actors spread over the games, an evaluator per
 game) for `--max_actor_steps` env steps in total, per seed, one run at a
 time; a finished run leaves `benchmark_run.json` in its logdir
-(`--logroot/s<seed>`) and is not run again. The single-task agents are
+(`--logroot/s<seed>`) and is not run again; a run that fails or outlives
+`--run_timeout_s` is noted, the other seeds go on, and the script exits
+non-zero naming it. The single-task agents are
 `benchmarks/minatar.py`'s runs, read from their committed per-seed CSVs
 (`--singletask_dir`): at a total of T env steps, each of the five has had
 T / 5.
@@ -22,6 +24,8 @@ paper's AC(lambda) at 5M 1). Writes under `--outdir`:
                           total env steps;
   multitask_summary.csv   and a Markdown table: per game the final means
                           of each seed of both, and their suite scores;
+                          the env steps each reached, whether it finished,
+                          and the commit and CPU it was made on;
   multitask_game_steps.csv  the env steps each game got in each run.
 
   python benchmarks/multitask.py --seeds=0
@@ -71,7 +75,11 @@ flags.DEFINE_bool('summarize_only', False,
                   'Run nothing; summarise the runs under --logroot.')
 flags.DEFINE_bool('include_unfinished', False,
                   'Summarise also runs that did not finish (stopped or '
-                  'failed part-way), up to their last logged episode.')
+                  'failed part-way), up to their last logged episode, '
+                  'marked unfinished. Without --summarize_only the seeds '
+                  'are run first: an unfinished logdir is not run again '
+                  '(counted failed, the exit status says so) but is '
+                  'summarised.')
 flags.DEFINE_integer('run_timeout_s', 8 * 3600,
                      'A run taking longer is stopped and counted failed.',
                      lower_bound=1)
@@ -100,41 +108,59 @@ def run(seed):
       program_flags=list(FLAGS.program_flags))
 
 
-def multitask_curves(logdir):
-  """{game: (total env steps [E], 100-episode training mean [E])}: the
-  episodes of the actors that played each game (actor i: task i mod 5)."""
+def _game_actor_logs(logdir):
+  """{game: [logs.csv of each actor that played it]} of a multi-task run,
+  from its config.json (actor i: task i mod the number of tasks)."""
   with open(os.path.join(logdir, 'config.json')) as f:
     record = json.load(f)
   tasks = multitask.task_ids(record['configs'][0]['env_ids'])
   num_actors = record['options']['num_actors']
-  logs = os.path.join(logdir, 'logs')
+  return {minatar.game(task): [
+      os.path.join(logdir, 'logs', f'actor_{i}', 'logs.csv')
+      for i in range(k, num_actors, len(tasks))]
+          for k, task in enumerate(tasks)}
+
+
+def multitask_curves(logdir):
+  """{game: (total env steps [E], 100-episode training mean [E])}: the
+  episodes of the actors that played each game."""
   out = {}
-  for k, task in enumerate(tasks):
-    paths = [os.path.join(logs, f'actor_{i}', 'logs.csv')
-             for i in range(k, num_actors, len(tasks))]
+  for game, paths in _game_actor_logs(logdir).items():
     steps, returns = curves.read_episodes(paths)
-    out[minatar.game(task)] = (steps, curves.moving_mean(returns,
-                                                         TRAIN_WINDOW))
+    out[game] = (steps, curves.moving_mean(returns, TRAIN_WINDOW))
   return out
 
 
 def game_env_steps(logdir):
   """{game: env steps its actors played} of a multi-task run: each game's
   share of the total is what its actors managed, not exactly T / 5."""
-  with open(os.path.join(logdir, 'config.json')) as f:
-    record = json.load(f)
-  tasks = multitask.task_ids(record['configs'][0]['env_ids'])
-  num_actors = record['options']['num_actors']
   out = {}
-  for k, task in enumerate(tasks):
+  for game, paths in _game_actor_logs(logdir).items():
     total = 0.
-    for i in range(k, num_actors, len(tasks)):
-      columns = curves.read_csv(os.path.join(logdir, 'logs', f'actor_{i}',
-                                             'logs.csv'))
-      lengths = columns.get('episode_length', np.zeros(0))
+    for path in paths:
+      lengths = curves.read_csv(path).get('episode_length', np.zeros(0))
       total += float(np.nansum(lengths))
-    out[minatar.game(task)] = int(total)
+    out[game] = int(total)
   return out
+
+
+def _reached(per_game):
+  """The total env steps of a run's last logged episode (0 without any)."""
+  return max((float(s[-1]) for s, _ in per_game.values() if len(s)),
+             default=0.)
+
+
+def _singletask_made_on(seed):
+  """(commits, cpus) of benchmarks/minatar.py's runs of `seed`, from the
+  commit and cpu columns of its per-game CSVs ('unknown' without them)."""
+  commits, cpus = set(), set()
+  for game in minatar.GAMES:
+    path = os.path.join(FLAGS.singletask_dir, f'minatar_{game}_s{seed}.csv')
+    with open(path, newline='') as f:
+      rows = list(csv.DictReader(f))
+    commits.add(rows[-1].get('commit') or 'unknown')
+    cpus.add(rows[-1].get('cpu') or 'unknown')
+  return ','.join(sorted(commits)), ' / '.join(sorted(cpus))
 
 
 def singletask_curves(seed):
@@ -152,9 +178,11 @@ def singletask_curves(seed):
   return out
 
 
-def on_grid(per_game, grid):
-  """[P] suite score and {game: [P] mean} of `per_game` on `grid`."""
-  means = {g: np.array([curves.value_at(c, x) for x in grid])
+def on_grid(per_game, grid, end=np.inf):
+  """[P] suite score and {game: [P] mean} of `per_game` on `grid`; NaN past
+  `end` (an unfinished run's last episode: it has no value there)."""
+  means = {g: np.array([curves.value_at(c, x) if x <= end else np.nan
+                        for x in grid])
            for g, c in per_game.items()}
   score = np.array([
       multitask.suite_score({f'MinAtar/{g}-v1': means[g][p] for g in means})
@@ -175,17 +203,32 @@ def _final(per_game):
 
 
 def summarize(seeds):
+  """Writes the files and prints the tables; False when no multi-task run
+  of `seeds` is there to summarise."""
   os.makedirs(FLAGS.outdir, exist_ok=True)
-  multi = {}
+  multi, made_on, ends = {}, {}, {}
   for seed in seeds:
     logdir = _logdir(seed)
-    if os.path.exists(os.path.join(logdir, _DONE)):
+    done = os.path.join(logdir, _DONE)
+    if os.path.exists(done):
+      with open(done) as f:
+        record = json.load(f)
+      made_on[seed] = (record.get('commit', 'unknown'),
+                       record.get('cpu', 'unknown'))
       multi[seed] = multitask_curves(logdir)
+      ends[seed] = np.inf
     elif FLAGS.include_unfinished and os.path.exists(
         os.path.join(logdir, 'config.json')):
-      print(f'multitask.py: seed {seed} did not finish; summarised up to '
-            'its last logged episode.')
       multi[seed] = multitask_curves(logdir)
+      ends[seed] = _reached(multi[seed])
+      print(f'multitask.py: seed {seed} did not finish; summarised up to '
+            f'its last logged episode, at {ends[seed]:,.0f} env steps.')
+      # No benchmark_run.json: the program's own record names the commit
+      # it started at, not the CPU.
+      with open(os.path.join(logdir, 'config.json')) as f:
+        commit = json.load(f).get('git_commit') or 'unknown'
+      made_on[seed] = (commit[:7] + ('-dirty' if commit.endswith('-dirty')
+                                     else ''), 'unknown')
     else:
       print(f'multitask.py: no finished run of seed {seed} under '
             f'{FLAGS.logroot}; left out.')
@@ -195,12 +238,13 @@ def summarize(seeds):
     if curve is not None:
       single[seed] = curve
   if not multi:
-    raise SystemExit('multitask.py: nothing to summarise.')
-  budget = max(max(s[-1] for s, _ in c.values() if len(s))
-               for c in multi.values())
+    print(f'multitask.py: no multi-task run of seeds {list(seeds)} under '
+          f'{FLAGS.logroot} to summarise.')
+    return False
+  budget = max(_reached(c) for c in multi.values())
   grid = np.linspace(budget / FLAGS.points, budget, FLAGS.points)
   for seed, per_game in multi.items():
-    score, means = on_grid(per_game, grid)
+    score, means = on_grid(per_game, grid, ends[seed])
     with open(os.path.join(FLAGS.outdir, f'multitask_s{seed}.csv'), 'w',
               newline='') as f:
       writer = csv.writer(f)
@@ -209,29 +253,36 @@ def summarize(seeds):
       for p, x in enumerate(grid):
         writer.writerow([int(x)] + [f'{means[g][p]:.3f}' for g in means] +
                         [f'{score[p]:.4f}'])
-  _plot(multi, single, grid)
-  rows = [('multi-task', seed, *_final(c)) for seed, c in multi.items()]
-  rows += [('single-task', seed, *_final(c)) for seed, c in single.items()]
+  _plot(multi, single, grid, ends)
+  # (agent, seed, finals, suite score, env steps reached, finished, commit,
+  # cpu).
+  rows = [('multi-task', seed, *_final(c), _reached(c), ends[seed] == np.inf,
+           *made_on[seed]) for seed, c in multi.items()]
+  rows += [('single-task', seed, *_final(c), _reached(c), True,
+            *_singletask_made_on(seed)) for seed, c in single.items()]
   with open(os.path.join(FLAGS.outdir, 'multitask_summary.csv'), 'w',
             newline='') as f:
     writer = csv.writer(f)
     writer.writerow(['agent', 'seed'] + list(minatar.GAMES) +
-                    ['suite_score', 'total_env_steps'])
-    for agent, seed, finals, score in rows:
-      steps = (budget if agent == 'multi-task' else
-               max(s[-1] for s, _ in single[seed].values()))
+                    ['suite_score', 'total_env_steps', 'finished', 'commit',
+                     'cpu'])
+    for agent, seed, finals, score, steps, finished, commit, cpu in rows:
       writer.writerow([agent, seed] + [f'{finals[g]:.2f}'
                                         for g in minatar.GAMES] +
-                      [f'{score:.3f}', int(steps)])
+                      [f'{score:.3f}', int(steps),
+                       'yes' if finished else 'no', commit, cpu])
   print(f'\nmultitask.py at {provenance.stamp()}: the mean return of the '
         f'last {TRAIN_WINDOW} training episodes of each game, and the mean '
-        'capped normalised score (random play 0, AC(lambda) at 5M 1).\n')
+        'capped normalised score (random play 0, AC(lambda) at 5M 1). Each '
+        "row's commit and CPU: those its runs were made on.\n")
   print('| agent | seed | ' + ' | '.join(minatar.GAMES) +
-        ' | suite score |')
-  print('|---|---|' + '---:|' * (len(minatar.GAMES) + 1))
-  for agent, seed, finals, score in rows:
-    print(f'| {agent} | {seed} | ' + ' | '.join(
-        f'{finals[g]:.1f}' for g in minatar.GAMES) + f' | {score:.3f} |')
+        ' | suite score | commit | cpu |')
+  print('|---|---|' + '---:|' * (len(minatar.GAMES) + 1) + '---|---|')
+  for agent, seed, finals, score, steps, finished, commit, cpu in rows:
+    note = '' if finished else f' (unfinished at {steps:,.0f} env steps)'
+    print(f'| {agent} | {seed}{note} | ' + ' | '.join(
+        f'{finals[g]:.1f}' for g in minatar.GAMES) +
+          f' | {score:.3f} | {commit} | {cpu} |')
   with open(os.path.join(FLAGS.outdir, 'multitask_game_steps.csv'), 'w',
             newline='') as f:
     writer = csv.writer(f)
@@ -245,9 +296,10 @@ def summarize(seeds):
       writer.writerow([seed] + [steps.get(g, 0) for g in minatar.GAMES])
       print(f'| {seed} | ' + ' | '.join(f'{steps.get(g, 0):,}'
                                         for g in minatar.GAMES) + ' |')
+  return True
 
 
-def _plot(multi, single, grid):
+def _plot(multi, single, grid, ends):
   from matplotlib import figure  # pylint: disable=g-import-not-at-top
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
@@ -255,8 +307,8 @@ def _plot(multi, single, grid):
   backend_agg.FigureCanvasAgg(fig)
   ax = fig.subplots()
   for seed, per_game in multi.items():
-    ax.plot(grid, on_grid(per_game, grid)[0], color='C0', linewidth=1.5,
-            label=f'one agent, 5 games (seed {seed})')
+    ax.plot(grid, on_grid(per_game, grid, ends[seed])[0], color='C0',
+            linewidth=1.5, label=f'one agent, 5 games (seed {seed})')
   for seed, per_game in single.items():
     ax.plot(grid, on_grid(per_game, grid)[0], color='C1', linewidth=1.,
             linestyle='--', label=f'5 single-task agents (seed {seed})')
@@ -281,10 +333,21 @@ def main(argv):
   print(f'multitask.py at {provenance.stamp()}: seeds {FLAGS.seeds}, '
         f'{FLAGS.max_actor_steps:,} env steps each over {len(minatar.GAMES)} '
         'games, one run at a time.', flush=True)
+  failed = []
   if not FLAGS.summarize_only:
     for seed in FLAGS.seeds:
-      run(seed)
-  summarize(FLAGS.seeds)
+      try:
+        run(seed)
+      except SystemExit as error:  # Noted; the other seeds go on.
+        print(error, flush=True)
+        failed.append(f'seed {seed}')
+  summarized = summarize(FLAGS.seeds)
+  if failed:
+    raise SystemExit(
+        f'multitask.py: {len(failed)} run(s) failed: {"; ".join(failed)}' +
+        ('' if summarized else '; nothing summarised.'))
+  if not summarized:
+    raise SystemExit('multitask.py: nothing to summarise.')
 
 
 if __name__ == '__main__':

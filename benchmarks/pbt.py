@@ -31,7 +31,8 @@ agent's (PBT's own measure) and its mean. Writes under `--outdir`:
                                with the min-max band;
   pbt_summary.csv, and a Markdown table: per condition and seed, each
                                agent's final mean, best and mean; the PBT
-                               runs' exploit and explore counts.
+                               runs' exploit and explore counts; the commit
+                               and CPU the run was made on.
 
   python benchmarks/pbt.py --game=Breakout --seeds=0,1,2
   python benchmarks/pbt.py --summarize_only
@@ -39,6 +40,7 @@ agent's (PBT's own measure) and its mean. Writes under `--outdir`:
 
 import csv
 import glob
+import json
 import os
 import sys
 
@@ -79,7 +81,12 @@ flags.DEFINE_integer('run_timeout_s', 3 * 3600,
                      'A run taking longer is stopped and counted failed.',
                      lower_bound=1)
 flags.DEFINE_float('replay_fraction', 0.5,
-                   'The shared conditions\' replayed share of a batch.')
+                   'The shared conditions\' replayed share of a batch, '
+                   '0 <= f < 1.')
+flags.register_validator(
+    'replay_fraction', lambda f: 0. <= f < 1.,
+    message='expected a replayed share f with 0 <= f < 1 (the shared '
+    'conditions\' PBT interval is --pbt_interval_steps / (1 - f)).')
 flags.DEFINE_list('program_flags', [], 'Extra flags for the program.')
 flags.DEFINE_string('logroot', os.path.join(_ROOT, 'runs', 'pbt'),
                     'Run directories: <logroot>/<condition>_s<seed>.')
@@ -124,8 +131,10 @@ def run(condition, seed):
     cmd += ['--share_replay=true',
             f'--config.replay_fraction={FLAGS.replay_fraction}']
   else:
-    # IMPALA as the paper runs it: a sweep otherwise takes LASER's trust
-    # region and online-only entropy (program_flags.SWEEP_DEFAULTS).
+    # IMPALA as the paper runs it: a sweep otherwise takes LASER's
+    # settings (program_flags.SWEEP_DEFAULTS). At f = 0 every row is online,
+    # so the online-only entropy learns the same; it is set off so that the
+    # run's config.json records IMPALA's entropy, not LASER's.
     cmd += ['--share_replay=false', '--config.replay_fraction=0',
             '--config.kl_threshold=none',
             '--config.entropy_on_online_only=false']
@@ -165,25 +174,34 @@ def events(logdir):
           sum(r['action'] == 'explore' for r in rows))
 
 
+def _made_on(record):
+  """[commit, cpu] a run was made on, from its benchmark_run.json."""
+  return [record.get('commit', 'unknown'), record.get('cpu', 'unknown')]
+
+
 def summarize():
   os.makedirs(FLAGS.outdir, exist_ok=True)
   grid = np.linspace(FLAGS.max_actor_steps / FLAGS.points,
                      FLAGS.max_actor_steps, FLAGS.points)
-  results = {}  # (condition, seed) -> (per-agent [A, P], finals [A]).
+  # (condition, seed) -> (per-agent [A, P], finals [A], events, record).
+  results = {}
   for condition in FLAGS.conditions:
     for seed in FLAGS.seeds:
       logdir = _logdir(condition, seed)
-      if not os.path.exists(os.path.join(logdir, program_runs.DONE)):
+      done = os.path.join(logdir, program_runs.DONE)
+      if not os.path.exists(done):
         print(f'pbt.py: no finished run {condition} seed {seed} under '
               f'{FLAGS.logroot}; left out.')
         continue
+      with open(done) as f:
+        record = json.load(f)
       per_agent = agent_curves(logdir)
       values = np.array([[curves.value_at(c, x) for x in grid] for c in per_agent])
       # At the budget: actors run on until every agent has reached it, so
       # an agent's last episodes may lie past it.
       finals = np.array([curves.value_at(c, FLAGS.max_actor_steps)
                          for c in per_agent])
-      results[condition, seed] = (values, finals, events(logdir))
+      results[condition, seed] = (values, finals, events(logdir), record)
       with open(os.path.join(FLAGS.outdir, f'pbt_{condition}_s{seed}.csv'),
                 'w', newline='') as f:
         writer = csv.writer(f)
@@ -203,26 +221,30 @@ def summarize():
     writer = csv.writer(f)
     writer.writerow(['game', 'condition', 'seed'] +
                     [f'agent_{i}' for i in range(len(FLAGS.lr_factors))] +
-                    ['best', 'mean', 'exploits', 'explores'])
-    for (condition, seed), (_, finals, (exploits, explores)) in sorted(
+                    ['best', 'mean', 'exploits', 'explores', 'commit',
+                     'cpu'])
+    for (condition, seed), (_, finals, (exploits, explores), record) in sorted(
         results.items()):
       writer.writerow([FLAGS.game, condition, seed] +
                       [f'{v:.2f}' for v in finals] +
                       [f'{np.nanmax(finals):.2f}', f'{np.nanmean(finals):.2f}',
-                       exploits, explores])
+                       exploits, explores] + _made_on(record))
   print(f'\npbt.py at {provenance.stamp()}: {FLAGS.game}, '
         f'{len(FLAGS.lr_factors)} agents '
         f'(learning rates {", ".join(learning_rates())}), '
         f'{FLAGS.max_actor_steps:,} env steps each; the mean return of each '
-        f'agent\'s last {TRAIN_WINDOW} training episodes.\n')
-  print('| condition | seed | agents | best | mean | exploits / explores |')
-  print('|---|---|---|---:|---:|---|')
-  for (condition, seed), (_, finals, (exploits, explores)) in sorted(
+        f'agent\'s last {TRAIN_WINDOW} training episodes. Each run\'s commit '
+        'and CPU: those it was made on.\n')
+  print('| condition | seed | agents | best | mean | exploits / explores | '
+        'commit | cpu |')
+  print('|---|---|---|---:|---:|---|---|---|')
+  for (condition, seed), (_, finals, (exploits, explores), record) in sorted(
       results.items()):
+    commit, cpu = _made_on(record)
     print(f'| {condition} | {seed} | ' +
           ', '.join(f'{v:.1f}' for v in finals) +
           f' | {np.nanmax(finals):.1f} | {np.nanmean(finals):.1f} | '
-          f'{exploits} / {explores} |')
+          f'{exploits} / {explores} | {commit} | {cpu} |')
   print('\n| condition | best: mean over seeds | seeds |')
   print('|---|---:|---|')
   for condition in FLAGS.conditions:
@@ -242,7 +264,7 @@ def _plot(results, grid):
   ax = fig.subplots()
   for k, condition in enumerate(FLAGS.conditions):
     runs = [np.nanmax(np.where(np.isfinite(v), v, -np.inf), axis=0)
-            for (c, _), (v, _, _) in results.items() if c == condition]
+            for (c, _), (v, *_) in results.items() if c == condition]
     if not runs:
       continue
     best = np.array(runs)
@@ -283,25 +305,26 @@ def main(argv):
         f'{FLAGS.conditions}, seeds {FLAGS.seeds}, '
         f'{FLAGS.max_actor_steps:,} env steps per agent, one run at a time.',
         flush=True)
-  failed, summarized = [], False
-  if not FLAGS.summarize_only:
-    for seed in FLAGS.seeds:
-      for condition in FLAGS.conditions:
-        try:
-          run(condition, seed)
-        except SystemExit as error:  # Noted; the other runs go on.
-          print(error, flush=True)
-          failed.append(f'{condition} seed {seed}')
-          summarized = False
-          continue
-        # The files so far: a long benchmark stopped part-way keeps them.
-        summarize()
-        summarized = True
-  if not summarized:
+  if FLAGS.summarize_only:
     summarize()
+    return
+  failed, finished = [], 0
+  for seed in FLAGS.seeds:
+    for condition in FLAGS.conditions:
+      try:
+        run(condition, seed)
+      except SystemExit as error:  # Noted; the other runs go on.
+        print(error, flush=True)
+        failed.append(f'{condition} seed {seed}')
+        continue
+      finished += 1
+      # The files so far: a long benchmark stopped part-way keeps them. A
+      # failed run adds nothing, so the last of these covers every run.
+      summarize()
   if failed:
-    raise SystemExit(f'pbt.py: {len(failed)} run(s) failed: '
-                     f'{"; ".join(failed)}')
+    raise SystemExit(
+        f'pbt.py: {len(failed)} run(s) failed: {"; ".join(failed)}' +
+        ('' if finished else '; none finished, nothing summarised.'))
 
 
 if __name__ == '__main__':

@@ -14,6 +14,8 @@ the config they go to, without a launch: every launch costs 10-20 s of
 start-up on 2 cores, the whole file must fit CI's budget.
 """
 
+import csv
+import json
 import os
 import shlex
 import subprocess
@@ -269,3 +271,74 @@ def _results_state():
   return sorted((os.path.relpath(os.path.join(d, f), results),
                  os.path.getmtime(os.path.join(d, f)))
                 for d, _, files in os.walk(results) for f in files)
+
+
+def _script_run(script, *flags):
+  return docs_commands.run([sys.executable, f'benchmarks/{script}',
+                            *flags], timeout=120)
+
+
+def test_pbt_names_its_failed_runs_when_none_finished(tmp_path):
+  # Logdirs of unfinished runs: each run is refused before it starts.
+  for condition in ('impala', 'shared_pbt'):
+    (tmp_path / 'runs' / f'{condition}_s0').mkdir(parents=True)
+  rc, out = _script_run('pbt.py', '--seeds=0',
+                        '--conditions=impala,shared_pbt',
+                        f'--logroot={tmp_path}/runs',
+                        f'--outdir={tmp_path}/out')
+  assert rc != 0, out
+  assert ('2 run(s) failed: impala seed 0; shared_pbt seed 0; none '
+          'finished') in out, out
+  assert 'nothing to summarise' not in out, out
+
+
+def test_pbt_refuses_a_replay_fraction_of_one():
+  rc, out = _script_run('pbt.py', '--replay_fraction=1', '--summarize_only')
+  assert rc != 0
+  assert '--replay_fraction=1.0: expected' in out and '0 <= f < 1' in out
+
+
+def _multitask_logdir(logdir, episodes, record=None):
+  """A 5-actor minatar5 run: each actor's episodes of 100 steps."""
+  logdir.mkdir(parents=True)
+  (logdir / 'config.json').write_text(json.dumps(
+      {'configs': [{'env_ids': ['minatar5']}], 'options': {'num_actors': 5},
+       'git_commit': '0123456789abcdef-dirty'}))
+  for i in range(5):
+    (logdir / 'logs' / f'actor_{i}').mkdir(parents=True)
+    rows = ['actor_steps,episode_return,episode_length'] + [
+        f'{(e + 1) * 500},{i},100' for e in range(episodes)]
+    (logdir / 'logs' / f'actor_{i}' / 'logs.csv').write_text(
+        '\n'.join(rows) + '\n')
+  if record is not None:
+    (logdir / 'benchmark_run.json').write_text(json.dumps(record))
+
+
+def test_multitask_goes_on_past_a_failed_seed_and_marks_it_unfinished(
+    tmp_path):
+  runs = tmp_path / 'runs'
+  # Seed 1 stopped part-way: refused as a run (noted), summarised.
+  _multitask_logdir(runs / 's1', episodes=20)
+  # Seed 0 finished at another commit, on another CPU.
+  _multitask_logdir(runs / 's0', episodes=50, record=dict(
+      seed='0', max_actor_steps=25000, num_actors=5, program_flags=[],
+      commit='c0ffee1', cpu='Other CPU', exit=0,
+      command=['impala_lp.py', '--lp_launch_type=local_mp',
+               '--config=minatar', '--config.env_ids=minatar5',
+               '--num_actors=5', '--seed=0', '--max_actor_steps=25000',
+               f'--logdir={runs}/s0', '--progress_interval_s=60']))
+  rc, out = _script_run('multitask.py', '--seeds=1,0', '--num_actors=5',
+                        '--max_actor_steps=25000', '--include_unfinished',
+                        f'--logroot={runs}', f'--outdir={tmp_path}/out',
+                        f'--singletask_dir={tmp_path}/none')
+  assert rc != 0, out
+  assert '1 run(s) failed: seed 1' in out, out
+  assert '| 1 (unfinished at 10,000 env steps) |' in out, out
+  with open(tmp_path / 'out' / 'multitask_summary.csv', newline='') as f:
+    rows = {r['seed']: r for r in csv.DictReader(f)}
+  assert [rows['0'][k] for k in ('total_env_steps', 'finished', 'commit',
+                                 'cpu')] == ['25000', 'yes', 'c0ffee1',
+                                             'Other CPU']
+  assert [rows['1'][k] for k in ('total_env_steps', 'finished', 'commit',
+                                 'cpu')] == ['10000', 'no', '0123456-dirty',
+                                             'unknown']
