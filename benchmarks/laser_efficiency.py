@@ -24,6 +24,9 @@ entropy cost) sharing one replay with and without the trust region, vs each
 agent with its own replay, with recomputed states, the shared sweep with
 stored states, and the same 4 agents with no replay (f = 0). `--config`
 runs a preset (e.g. minatar) at its own sizes. Every invocation prints the git commit and its settings, and
+adds its runs to those already in --outdir's files of the same suite, env
+and env steps (a run of the same setting and seed replaces the earlier one:
+a suite stopped part-way, or more seeds, are completed run by run), and
 writes the raw per-seed summaries and curve points as CSV
 (`--outdir/<prefix>_summary.csv`, `<prefix>_curves.csv`; the prefix is the
 suite, plus the environment unless CartPole) beside the PNGs, and what the
@@ -86,9 +89,7 @@ flags.DEFINE_integer('max_settings', 0, 'Run only the first N settings of '
                      'checked before the first run.', lower_bound=0)
 flags.DEFINE_integer('first_setting', 0, 'Start at this setting of the '
                      'suite (0-based; with --max_settings, a slice): the '
-                     'rest of a suite stopped part-way. A slice adds its '
-                     'runs to the files of the others (same env and env '
-                     'steps), replacing those of the settings it re-runs.',
+                     'rest of a suite stopped part-way.',
                      lower_bound=0)
 flags.DEFINE_integer('stored_replay_capacity', None,
                      "sharing: the replay capacity of the 'stored' setting. "
@@ -330,23 +331,22 @@ def _path(kind):
   return os.path.join(FLAGS.outdir, f'{_prefix()}_{kind}.csv')
 
 
-def _earlier_runs(names):
-  """The files' runs of the settings a slice of the suite does not re-run
-  (as `_read_files`), after checking they were made at this invocation's
-  env and env steps."""
+def _earlier_runs(reruns):
+  """The runs in --outdir's files of this suite and env (as `_read_files`)
+  but those of the (setting, seed) pairs in `reruns`, after checking they
+  were made at this invocation's env steps."""
   results, made, learners, summary = _read_files(_path('curves'))
   for row in summary:
-    made_at = (row['env'], int(row['max_actor_steps']))
-    if made_at != (FLAGS.env, FLAGS.max_actor_steps):
+    if int(row['max_actor_steps']) != FLAGS.max_actor_steps:
       raise app.UsageError(
-          f'{_path("summary")} holds runs of {made_at[0]} at {made_at[1]} '
-          f'env steps, this slice runs {FLAGS.env} at '
-          f'{FLAGS.max_actor_steps}: its runs would be mixed with them. Use '
-          'another --outdir.')
-  keep = lambda key: key[0] not in names
-  return ({n: r for n, r in results.items() if n not in names},
-          {k: v for k, v in made.items() if keep(k)},
-          {k: v for k, v in learners.items() if keep(k)})
+          f'{_path("summary")} holds runs of {row["max_actor_steps"]} env '
+          f'steps, this invocation runs {FLAGS.max_actor_steps}: its runs '
+          'would be mixed with them. Use another --outdir.')
+  kept = {n: [r for r in runs if (n, r[0]) not in reruns]
+          for n, runs in results.items()}
+  return ({n: runs for n, runs in kept.items() if runs},
+          {k: v for k, v in made.items() if k not in reruns},
+          {k: v for k, v in learners.items() if k not in reruns})
 
 
 def main(argv):
@@ -376,13 +376,11 @@ def main(argv):
     raise app.UsageError(
         f'--first_setting={FLAGS.first_setting}: the {FLAGS.suite} suite has '
         f'{len(settings)} settings (0 to {len(settings) - 1}).')
-  sliced = FLAGS.first_setting or FLAGS.max_settings
   settings = settings[FLAGS.first_setting:]
   if FLAGS.max_settings:
     settings = settings[:FLAGS.max_settings]
-  results, made, learners = (
-      _earlier_runs({name for name, _, _ in settings}) if sliced
-      else ({}, {}, {}))
+  results, made, learners = _earlier_runs(
+      {(name, seed) for name, _, _ in settings for seed in FLAGS.seeds})
   failed = []
   for seed in FLAGS.seeds:
     for name, prog, args in settings:
