@@ -107,12 +107,13 @@ SMALL = {
 # Per (script, flag as written): flags that replace SMALL's where a
 # documented command passes that flag.
 SMALL_WITH = {
-    # The gymnasium Atari run (its first setting, 1 x 16): 10k steps leave
-    # the learner rows past its first step's compilation (52 s on an idle
-    # AMD EPYC). EnvPool's 2 x 8 needs SMALL's 20k: at 10k it had spent
-    # them before the learner's first step in CI.
+    # The gymnasium Atari run (its first setting, 1 x 16): 20k steps, so
+    # that the learner logs rows past its first step's compilation (52 s on
+    # an idle AMD EPYC); at 10k a CI run on the AVX-512 AMD (e3bc0df) got
+    # only 2.
     ('benchmarks/throughput.py', '--engines=gymnasium,envpool'): dict(
-        steps_per_run=10000),
+        steps_per_run=20000),
+
     # A sweep of 2 agents sharing the replay, not 4: the sharing runs the
     # same code, at half the processes.
     ('benchmarks/laser_efficiency.py', '--suite=sharing'): dict(
