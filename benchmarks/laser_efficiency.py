@@ -239,12 +239,12 @@ def _write_learner_summary(learners, made):
   with open(_path('learner'), 'w', newline='') as f:
     out = csv.writer(f)
     out.writerow(['setting', 'seed', 'agent', 'learner_steps'] +
-                 list(LEARNER_COLUMNS) + ['commit'])
+                 list(LEARNER_COLUMNS) + ['commit', 'cpu'])
     for (name, seed), agents in learners.items():
       for agent, row in sorted(agents.items()):
         out.writerow([name, seed, agent, row['learner_steps']] +
                      [f'{row[c]:.4g}' for c in LEARNER_COLUMNS] +
-                     [made[name, seed][0]])
+                     list(made[name, seed]))
 
 
 def _window(points) -> float:
