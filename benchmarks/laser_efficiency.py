@@ -49,6 +49,7 @@ sys.path.insert(0, _ROOT)
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
+from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
 import program_runs  # pylint: disable=g-import-not-at-top
 import provenance  # pylint: disable=g-import-not-at-top
 
@@ -187,7 +188,6 @@ def _settings():
 def _agent_logs(logdir, node):
   """{agent: [CSV logs of its `node` ('actor_*', 'learner')]}: agents
   'agent_0', ... of a sweep, '.' for one agent."""
-  from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
   logs = os.path.join(logdir, 'logs')
   return {agent: sorted(glob.glob(os.path.join(logs, agent, node,
                                                'logs.csv')))
@@ -197,7 +197,6 @@ def _agent_logs(logdir, node):
 def _curves(logdir):
   """{agent: [(actor_steps, episode_return)]} of the actors' episodes, in
   env-step order."""
-  from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
   out = {}
   for agent, paths in _agent_logs(logdir, 'actor_*').items():
     steps, returns = curves.read_episodes(paths)
@@ -216,7 +215,6 @@ def learner_summary(logdir):
   """{agent: {column: mean over the last tenth of its log's rows (written
   about once a second), and 'learner_steps': its last}} from the learners'
   CSV logs."""
-  from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
   out = {}
   for agent, paths in _agent_logs(logdir, 'learner').items():
     if not paths:
