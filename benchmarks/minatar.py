@@ -30,7 +30,6 @@ another session, their CSVs committed).
 
 import csv
 import glob
-import json
 import os
 import re
 import sys
@@ -429,10 +428,9 @@ def main(argv):
     records = []
     for game in FLAGS.games:
       for seed in FLAGS.seeds:
-        done = os.path.join(_logdir(game, seed), _DONE)
-        if os.path.exists(done):
-          with open(done) as f:
-            records.append(json.load(f))
+        record = program_runs.finished(_logdir(game, seed))
+        if record is not None:
+          records.append(record)
   else:
     print(f'minatar.py at {provenance.stamp()}: games {FLAGS.games}, seeds '
           f'{FLAGS.seeds}, {FLAGS.max_actor_steps:,} env steps each, one '

@@ -85,8 +85,6 @@ flags.DEFINE_integer('run_timeout_s', 8 * 3600,
                      lower_bound=1)
 FLAGS = flags.FLAGS
 
-_DONE = program_runs.DONE
-
 
 def _logdir(seed):
   return os.path.join(FLAGS.logroot, f's{seed}')
@@ -209,10 +207,8 @@ def summarize(seeds):
   multi, made_on, ends = {}, {}, {}
   for seed in seeds:
     logdir = _logdir(seed)
-    done = os.path.join(logdir, _DONE)
-    if os.path.exists(done):
-      with open(done) as f:
-        record = json.load(f)
+    record = program_runs.finished(logdir)
+    if record is not None:
       made_on[seed] = (record.get('commit', 'unknown'),
                        record.get('cpu', 'unknown'))
       multi[seed] = multitask_curves(logdir)

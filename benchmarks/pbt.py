@@ -40,7 +40,6 @@ agent's (PBT's own measure) and its mean. Writes under `--outdir`:
 
 import csv
 import glob
-import json
 import os
 import sys
 
@@ -188,13 +187,11 @@ def summarize():
   for condition in FLAGS.conditions:
     for seed in FLAGS.seeds:
       logdir = _logdir(condition, seed)
-      done = os.path.join(logdir, program_runs.DONE)
-      if not os.path.exists(done):
+      record = program_runs.finished(logdir)
+      if record is None:
         print(f'pbt.py: no finished run {condition} seed {seed} under '
               f'{FLAGS.logroot}; left out.')
         continue
-      with open(done) as f:
-        record = json.load(f)
       per_agent = agent_curves(logdir)
       values = np.array([[curves.value_at(c, x) for x in grid] for c in per_agent])
       # At the budget: actors run on until every agent has reached it, so

@@ -19,6 +19,16 @@ DONE = 'benchmark_run.json'
 _STOP_GRACE_S = 120
 
 
+def finished(logdir: str):
+  """The record of the finished run in `logdir` (written by `run_once`), or
+  None if there is none."""
+  done = os.path.join(logdir, DONE)
+  if not os.path.exists(done):
+    return None
+  with open(done) as f:
+    return json.load(f)
+
+
 def run_program(cmd, timeout_s=None, **popen_kwargs):
   """Runs `cmd` to its end; returns its exit code, or None when it outlived
   `timeout_s` and was stopped: with SIGTERM first, so that a launcher stops
@@ -53,9 +63,8 @@ def run_once(label: str, cmd, logdir: str, timeout_s=None, **record) -> dict:
   command or record."""
   done = os.path.join(logdir, DONE)
   record = dict(record, command=_command(cmd))
-  if os.path.exists(done):
-    with open(done) as f:
-      earlier = json.load(f)
+  earlier = finished(logdir)
+  if earlier is not None:
     # A record without its command predates the check: what it ran cannot
     # be told, so it is not reused.
     differ = {k: (earlier.get(k, 'not recorded'), v)
