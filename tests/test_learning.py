@@ -22,6 +22,7 @@ from acme_impala.agent import builder as builder_lib
 from acme_impala.agent import config as config_lib
 from acme_impala.agent import learning
 from acme_impala.agent import networks
+from acme_impala.agent import replicas as replicas_lib
 from acme_impala.agent import types
 from acme_impala.distributed import pbt
 from acme_impala.envs import adapter
@@ -771,3 +772,90 @@ def test_recompute_refuses_replayed_rows_without_walk_starts(filled_queue):
                                    logger=loggers.InMemoryLogger())
   with pytest.raises(ValueError, match='walk_start'):
     learner.step()
+
+
+@pytest.mark.parametrize('replay_fraction, kl_threshold',
+                         [(0., None), (0.5, 0.5)])
+def test_warm_up_compiles_the_update_and_puts_every_variable_back(
+    replay_fraction, kl_threshold):
+  """A distributed learner's warm-up (config.warm_up_update) on the
+  builder's batch of zeros traces and compiles the very function the real
+  batches then use (one pipeline, no second trace). A warm-up changes
+  nothing: on a real batch, whose update does move the weights, slots and
+  step, every variable is put back, the weights and step from before are
+  served meanwhile, and the next updates are those of a learner that did
+  not warm up."""
+  config, env, spec, builder = _laser_setup(replay_fraction, seed=0,
+                                            kl_threshold=kl_threshold)
+  server = reverb.Server(builder.make_replay_tables(), port=None)
+  address = f'localhost:{server.port}'
+  adder = builder.make_adder(reverb.Client(address), num_envs=1)
+  actor = builder.make_actor(_network(config, spec, seed=1), adder, seed=0)
+  acme.EnvironmentLoop(env, actor, should_update=False,
+                       logger=loggers.NoOpLogger()).run(num_steps=800)
+  adder.flush()
+  iterator = builder.make_dataset_iterator(address)
+  batches = [next(iterator) for _ in range(3)]
+  server.stop()
+  if replay_fraction:
+    assert not np.all(batches[-1].online)  # Replayed rows, walks: LASER.
+
+  warm_net = _network(config, spec, seed=2)
+  warm = builder.make_learner(warm_net, iter(batches),
+                              logger=loggers.InMemoryLogger())
+  seconds = warm.warm_up(builder.warm_up_batch(warm_net))
+  assert warm.num_steps == 0
+
+  variables = warm._state_variables()  # pylint: disable=protected-access
+  before = [v.numpy().copy() for v in variables]
+  weights_before = warm.get_variables([types.POLICY_VARIABLES])[0]
+  update = warm._update  # pylint: disable=protected-access
+  during = {}
+
+  def spy(*args):
+    result = update(*args)
+    during['changed'] = sum(not np.array_equal(v.numpy(), b)
+                            for v, b in zip(variables, before))
+    during['served'] = warm.get_variables([types.POLICY_VARIABLES])[0]
+    during['steps'] = (warm.num_steps, warm.get_variables(
+        [types.LEARNER_STEPS])[0][0])
+    return result
+
+  warm._update = spy  # pylint: disable=protected-access
+  warm.warm_up(batches[0])
+  warm._update = update  # pylint: disable=protected-access
+  # The throwaway update changed the weights, slots and step...
+  assert during['changed'] > 2 * len(warm_net.trainable_variables)
+  # ...which nobody was served, and which are all put back.
+  for a, b in zip(during['served'], weights_before):
+    np.testing.assert_array_equal(a, b)
+  assert during['steps'] == (0, 0)
+  for variable, value in zip(variables, before):
+    np.testing.assert_array_equal(variable.numpy(), value, variable.name)
+  assert warm.num_steps == 0
+
+  cold_net = _network(config, spec, seed=2)
+  cold = builder.make_learner(cold_net, iter(batches),
+                              logger=loggers.InMemoryLogger())
+  for _ in batches:
+    warm.step()
+    cold.step()
+  # The real batches ran in the pipeline the zeros made: traced once.
+  assert len(update._pipelines) == 1  # pylint: disable=protected-access
+  for a, b in zip(warm_net.variables, cold_net.variables):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+  assert warm.num_steps == cold.num_steps == len(batches)
+  # The compilation reported is the warm-up's.
+  assert warm._logger.data[0]['compile_time_s'] == seconds  # pylint: disable=protected-access
+
+
+def test_warm_up_refuses_a_replica_of_a_group(filled_queue):
+  server, spec, config = filled_queue
+  del server
+  learner = learning.IMPALALearner(
+      _network(config, spec), iter([]), config,
+      logger=loggers.NoOpLogger(),
+      replica_group=replicas_lib.Group(0, 2, gradient_sum=None,
+                                       state_sum=None))
+  with pytest.raises(ValueError, match='replica'):
+    learner.warm_up(None)

@@ -135,6 +135,10 @@ def test_terminal_shows_progress_and_no_noise(first_run):
                   'replay-0.log']
   learner = _node_output(logdir, 'learner-0')
   assert 'learner: first step done' in learner
+  # config.warm_up_update (the default): compiled before its first batch.
+  warmed = learner.find('learner: update traced and compiled')
+  assert 0 <= warmed < learner.index('learner: first step done'), learner
+  assert 'warming up the update failed' not in learner
   for name in logs:
     text = _node_output(logdir, name[:-len('.log')])
     for noise in NOISE:

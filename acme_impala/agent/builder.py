@@ -19,8 +19,10 @@ from acme.adders import reverb as acme_reverb
 from acme.tf import utils as tf2_utils
 from acme.utils import counting
 from acme.utils import loggers
+import numpy as np
 import reverb
 import tensorflow as tf
+import tree
 
 from acme_impala.agent import acting
 from acme_impala.agent import adders as adders_lib
@@ -183,6 +185,20 @@ class IMPALABuilder:
     return acme_reverb.SequenceAdder.signature(
         self._spec, extras_spec=extras,
         sequence_length=self._config.sequence_length)
+
+  def warm_up_batch(self, network=None) -> types.Batch:
+    """Zeros shaped as a batch of `make_dataset_iterator` (B items of the
+    trajectory signature, every row online, walk starts where the replay
+    walks episodes): what `IMPALALearner.warm_up` traces the update on."""
+    batch_size = self._config.batch_size
+    data = tree.map_structure(
+        lambda s: np.zeros((batch_size,) + tuple(s.shape),
+                           s.dtype.as_numpy_dtype),
+        self.trajectory_signature(network))
+    return types.Batch(
+        data=data, online=np.ones(batch_size, bool),
+        walk_start=(np.zeros(batch_size, bool) if self.replays_episodes
+                    else None))
 
   def make_replay_tables(self, include_replay: bool = True
                          ) -> List[reverb.Table]:

@@ -133,6 +133,11 @@ class IMPALAConfig:
   # Learner mechanics.
   compile_mode: str = 'vtrace_and_optimizer'
   prefetch_size: int = 2
+  # A distributed learner traces and compiles its update on a batch of
+  # zeros (then puts every variable back) while the actors start, instead of
+  # after the first batch arrives: the first update of a process took 5-14 s
+  # on CartPole's net, the longest wait of a program's start-up.
+  warm_up_update: bool = True
 
   # Acting.
   # Environments per actor process, stepped in lockstep with one batched
@@ -282,6 +287,7 @@ class IMPALAConfig:
     _check_int(self, 'prefetch_size', 0, None)
     _check_int(self, 'variable_update_period', 1, None)
     _check_bool(self, 'record_policy_version')
+    _check_bool(self, 'warm_up_update')
     _check_choice(self, 'adder', ADDERS)
     if self.replays_episodes and self.adder != 'trajectory':
       raise ConfigError(

@@ -314,7 +314,9 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
           network.initial_state(config.num_replayed))
 
     self._compile_time = None
-    self._trace_time = 0.
+    self._stepped = False
+    # While `warm_up` runs: what get_variables serves.
+    self._before_warm_up = None
     self._last_time = None
     self._wait_time = 0.
     self._busy_time = 0.
@@ -466,10 +468,10 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
 
   # -- acme.Learner. --------------------------------------------------------
 
-  def step(self):
-    start = time.time()
-    sample = next(self._iterator)
-    got_data = time.time()
+  def _update_arguments(self, sample):
+    """(data, online [B], walk_start [B]) of the update, from a
+    `types.Batch`, a `reverb.ReplaySample` or a bare Trajectory nest (all
+    rows online)."""
     walk_start = None
     if isinstance(sample, types.Batch):
       data, online, walk_start = sample.data, sample.online, sample.walk_start
@@ -484,6 +486,57 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
             'walk_start, given by IMPALABuilder.make_dataset_iterator); got '
             'replayed rows without it.')
       walk_start = tf.zeros_like(online, tf.bool)
+    return data, online, walk_start
+
+  def _state_variables(self) -> List[tf.Variable]:
+    """Every variable an update may change: the network's, the
+    optimiser's (slots, learning rate, epsilon), the step count, the
+    hyperparameters and LASER's walk states; each once."""
+    candidates = (list(self._network.variables) +
+                  list(self._optimizer.variables) +
+                  [self._num_steps, self._lr] +
+                  list(self._hyperparameters.values()) +
+                  tree.flatten(self._walk_states or []))
+    unique = {v.ref(): v for v in candidates}
+    return list(unique.values())
+
+  def warm_up(self, sample) -> float:
+    """Traces and compiles the update on `sample` (a batch shaped as the
+    iterator's, e.g. `IMPALABuilder.warm_up_batch()`), then puts back every
+    variable the update changed: the first real batch then meets a ready
+    update. Meanwhile `get_variables` and `num_steps` serve the values from
+    before. Returns seconds taken.
+
+    Not for a replica of a group: its update is a collective that every
+    replica must enter with the same batch.
+    """
+    if self._replicas is not None:
+      raise ValueError('warm_up: a replica of a learner group cannot update '
+                       'alone (its update is a collective).')
+    start = time.time()
+    self._before_warm_up = {
+        types.POLICY_VARIABLES: tf2_utils.to_numpy(self._network.variables),
+        types.LEARNER_STEPS: [self._num_steps.numpy()]}
+    variables = self._state_variables()
+    saved = [v.numpy() for v in variables]
+    try:
+      tf2_utils.to_numpy(self._update(*self._update_arguments(sample)))
+    finally:
+      for variable, value in zip(variables, saved):
+        variable.assign(value)
+      self._before_warm_up = None
+    seconds = time.time() - start
+    if self._compile_time is None:
+      # The compilation it reports is this one: the first real step is an
+      # ordinary step.
+      self._compile_time = seconds
+    return seconds
+
+  def step(self):
+    start = time.time()
+    sample = next(self._iterator)
+    got_data = time.time()
+    data, online, walk_start = self._update_arguments(sample)
     try:
       metrics = self._update(data, online, walk_start)
     except replicas.collective_errors() as error:
@@ -497,9 +550,12 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     metrics = tf2_utils.to_numpy(metrics)
     end = time.time()
 
-    if self._compile_time is None:
-      # The first call traces and compiles; report it apart from throughput.
-      self._compile_time = self._trace_time + end - got_data
+    if not self._stepped:
+      # The first call traces and compiles (unless `warm_up` did); report
+      # it apart from throughput.
+      self._stepped = True
+      if self._compile_time is None:
+        self._compile_time = end - got_data
     else:
       self._wait_time += got_data - start
       self._busy_time += end - got_data
@@ -551,6 +607,9 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     if unknown:
       raise ValueError(f'Unknown variable group(s) {unknown}; this learner '
                        f'serves {sorted(groups)}.')
+    before = self._before_warm_up
+    if before is not None:
+      return [before[n] for n in names]
     return [groups[n]() for n in names]
 
   @property
@@ -665,6 +724,9 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
 
   @property
   def num_steps(self) -> int:
+    before = self._before_warm_up
+    if before is not None:
+      return int(before[types.LEARNER_STEPS][0])
     return int(self._num_steps.numpy())
 
   @property

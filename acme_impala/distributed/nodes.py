@@ -388,6 +388,11 @@ class LearnerNode:
         self._replica_lost(error)
       logging.info('learner replica %d of %d: training state %s, as '
                    'replica 0 holds it.', replica, group.size, digest)
+    # A group's update is a collective: its replicas compile at their first
+    # batch, together.
+    self._warm_up_batch = (
+        builder.warm_up_batch(network)
+        if group is None and builder.config.warm_up_update else None)
     logging.info('learner: starting at learner step %d.',
                  self._learner.num_steps)
 
@@ -497,6 +502,22 @@ class LearnerNode:
       first = True
       if self._group is not None:
         self._abort_collectives_on_stop()
+      if self._warm_up_batch is not None and not stopping():
+        # While the actors start: the first batch then meets a compiled
+        # update (the variables are put back; actors asking for weights
+        # meanwhile get those from before).
+        try:
+          with self._lock:
+            seconds = self._learner.warm_up(self._warm_up_batch)
+          # benchmarks/startup.py times the launch to this line.
+          logging.info('learner: update traced and compiled in %.1f s, '
+                       'before the first batch.', seconds)
+        except Exception as error:  # pylint: disable=broad-except
+          # Only a speed-up: the first batch compiles the update as before.
+          logging.warning('learner: warming up the update failed (%s: %s); '
+                          'it compiles at the first batch.',
+                          type(error).__name__, error)
+        self._warm_up_batch = None
       try:
         while not stopping():
           self._let_calls_in()
