@@ -36,6 +36,9 @@ agent's (PBT's own measure) and its mean. Writes under `--outdir`:
 
   python benchmarks/pbt.py --game=Breakout --seeds=0,1,2
   python benchmarks/pbt.py --summarize_only
+
+The summary covers --seeds and every other seed finished under --logroot
+with the same settings: `--seeds=0`, then `--seeds=1`, ... add up.
 """
 
 import csv
@@ -178,6 +181,32 @@ def _made_on(record):
   return [record.get('commit', 'unknown'), record.get('cpu', 'unknown')]
 
 
+def _settings_differ(record) -> dict:
+  """{setting: (the run's, these flags')} where a finished run's record
+  differs from this invocation's population and budget."""
+  now = {'game': FLAGS.game, 'max_actor_steps': FLAGS.max_actor_steps,
+         'lr_factors': list(FLAGS.lr_factors),
+         'num_actors': FLAGS.num_actors,
+         'replay_fraction': FLAGS.replay_fraction,
+         'program_flags': list(FLAGS.program_flags)}
+  return {k: (record.get(k, 'not recorded'), v) for k, v in now.items()
+          if record.get(k) != v}
+
+
+def summarized_seeds():
+  """--seeds, and the seeds of every other finished run of --conditions
+  under --logroot: a benchmark run seed by seed keeps one summary of all
+  of them (runs of other settings are left out, by name, in `summarize`)."""
+  seeds = list(FLAGS.seeds)
+  for path in glob.glob(os.path.join(FLAGS.logroot, '*_s*')):
+    condition, _, seed = os.path.basename(path).rpartition('_s')
+    if (condition in FLAGS.conditions and seed not in seeds and
+        program_runs.finished(path) is not None):
+      seeds.append(seed)
+  return sorted(seeds, key=lambda s: (not s.isdigit(), int(s) if
+                                      s.isdigit() else 0, s))
+
+
 def summarize():
   os.makedirs(FLAGS.outdir, exist_ok=True)
   grid = np.linspace(FLAGS.max_actor_steps / FLAGS.points,
@@ -185,12 +214,17 @@ def summarize():
   # (condition, seed) -> (per-agent [A, P], finals [A], events, record).
   results = {}
   for condition in FLAGS.conditions:
-    for seed in FLAGS.seeds:
+    for seed in summarized_seeds():
       logdir = _logdir(condition, seed)
       record = program_runs.finished(logdir)
       if record is None:
         print(f'pbt.py: no finished run {condition} seed {seed} under '
               f'{FLAGS.logroot}; left out.')
+        continue
+      differ = _settings_differ(record)
+      if differ:
+        print(f'pbt.py: {logdir} was run with other settings (run, now): '
+              f'{differ}; left out.')
         continue
       per_agent = agent_curves(logdir)
       values = np.array([[curves.value_at(c, x) for x in grid] for c in per_agent])

@@ -293,6 +293,48 @@ def test_pbt_names_its_failed_runs_when_none_finished(tmp_path):
   assert 'nothing to summarise' not in out, out
 
 
+def _finished_sweep(logdir, record, returns):
+  """A finished sweep's files as pbt.py reads them: its benchmark_run.json
+  and each agent's actor episodes (agent i's return: returns[i])."""
+  for i, value in enumerate(returns):
+    actor = os.path.join(logdir, 'logs', f'agent_{i}', 'actor_0')
+    os.makedirs(actor)
+    with open(os.path.join(actor, 'logs.csv'), 'w', newline='') as f:
+      writer = csv.writer(f)
+      writer.writerow(['actor_steps', 'episode_return'])
+      for step in range(0, 1200, 10):
+        writer.writerow([step, value])
+  with open(os.path.join(logdir, 'benchmark_run.json'), 'w') as f:
+    json.dump(record, f)
+
+
+def test_pbt_summary_adds_up_seeds_run_one_at_a_time(tmp_path):
+  """`--seeds=1` after `--seeds=0`: the summary covers both finished runs
+  (not only the seed just run), and leaves out, by name, a run of the same
+  condition made with another budget."""
+  record = dict(game='Breakout', condition='impala', max_actor_steps=1000,
+                replay_fraction=0.5, program_flags=[],
+                lr_factors=['0.5', '1'], num_actors=1, commit='abc1234',
+                cpu='test CPU')
+  runs = tmp_path / 'runs'
+  _finished_sweep(str(runs / 'impala_s0'), dict(record, seed='0'), [1., 3.])
+  _finished_sweep(str(runs / 'impala_s1'), dict(record, seed='1'), [2., 5.])
+  _finished_sweep(str(runs / 'impala_s2'),
+                  dict(record, seed='2', max_actor_steps=5000), [9., 9.])
+  rc, out = _script_run('pbt.py', '--summarize_only', '--seeds=1',
+                        '--conditions=impala', '--lr_factors=0.5,1',
+                        '--max_actor_steps=1000', f'--logroot={runs}',
+                        f'--outdir={tmp_path}/out')
+  assert rc == 0, out
+  with open(tmp_path / 'out' / 'pbt_summary.csv', newline='') as f:
+    rows = list(csv.DictReader(f))
+  assert [(r['seed'], r['best'], r['mean']) for r in rows] == [
+      ('0', '3.00', '2.00'), ('1', '5.00', '3.50')]
+  assert f'{runs}/impala_s2 was run with other settings' in out, out
+  assert "'max_actor_steps': (5000, 1000)" in out, out
+  assert '| impala | 4.0 | 3.0, 5.0 |' in out, out
+
+
 def test_pbt_refuses_a_replay_fraction_of_one():
   rc, out = _script_run('pbt.py', '--replay_fraction=1', '--summarize_only')
   assert rc != 0
