@@ -1,0 +1,220 @@
+"""Pong with the atari preset: the learning curve next to published agents'.
+
+Runs `programs/impala_lp.py --config=atari` (local_mp, ALE/Pong-v5, with its
+evaluator) for each seed to `--max_actor_steps` agent steps (frame skip 4:
+4 frames each), one run at a time, and writes under `--outdir`:
+
+  pong_s<seed>.csv  per seed, one row per `--points` grid point: env steps,
+                    wall seconds, mean return of the last 100 training
+                    episodes, evaluator return (mean of its last 10
+                    episodes), learner steps, the run's commit and CPU;
+  pong.png          each seed's training and evaluator curves, with the
+                    published references (`REFERENCES`);
+  and a Markdown table: per seed the returns at the budget, the env steps
+  at which the training mean first reached 18, wall minutes, env steps/s.
+
+Evidence of direction on a 2-core machine, not a goal (issue 37). A finished
+run leaves `benchmark_run.json` in `--logroot/s<seed>` and is not run again;
+`--summarize_only` redraws from the finished runs there.
+
+  python benchmarks/pong.py --seeds=0 --max_actor_steps=2000000
+  python benchmarks/pong.py --summarize_only
+"""
+
+import csv
+import os
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import numpy as np
+import provenance  # pylint: disable=g-import-not-at-top
+
+from acme_impala.launch import curves  # pylint: disable=g-import-not-at-top
+import program_runs  # pylint: disable=g-import-not-at-top
+
+TRAIN_WINDOW = 100  # Training episodes per point.
+EVAL_WINDOW = 10  # Evaluator episodes per point (one evaluation round).
+TARGET = 18.  # The return whose env steps the references give.
+# (label, agent steps, return): published Pong results in agent steps (4
+# frames each), as issue 37 names them.
+REFERENCES = (('RLlib APPO: 18 at about 2.5M steps', 2.5e6, 18.),
+              ('CleanRL PPO: 20.4 at 10M steps', 10e6, 20.4))
+
+flags.DEFINE_list('seeds', ['0'], 'Seeds (one run each).')
+flags.DEFINE_integer('max_actor_steps', 2_000_000, 'Agent steps per run.',
+                     lower_bound=1)
+flags.DEFINE_list('program_flags', [], 'Extra flags for the program.')
+flags.DEFINE_integer('run_timeout_s', 3 * 3600,
+                     'A run taking longer is stopped and counted failed.',
+                     lower_bound=1)
+flags.DEFINE_string('logroot', os.path.join(_ROOT, 'runs', 'pong'),
+                    'Run directories: <logroot>/s<seed>.')
+flags.DEFINE_string('outdir',
+                    os.path.join(_ROOT, 'benchmarks', 'results', 'pong'),
+                    'Where the CSVs, picture and table go.')
+flags.DEFINE_integer('points', 50, 'Grid points of the per-seed CSVs.',
+                     lower_bound=2)
+flags.DEFINE_bool('summarize_only', False,
+                  'Run nothing; summarise the finished runs under --logroot.')
+FLAGS = flags.FLAGS
+
+
+def _logdir(seed):
+  return os.path.join(FLAGS.logroot, f's{seed}')
+
+
+def run(seed):
+  """One program run to its budget (or the record of an earlier one)."""
+  logdir = _logdir(seed)
+  cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
+         '--lp_launch_type=local_mp', '--config=atari', f'--seed={seed}',
+         f'--max_actor_steps={FLAGS.max_actor_steps}', f'--logdir={logdir}',
+         '--progress_interval_s=60'] + list(FLAGS.program_flags)
+  return program_runs.run_once(
+      f'pong.py: seed {seed}', cmd, logdir, timeout_s=FLAGS.run_timeout_s,
+      seed=seed, max_actor_steps=FLAGS.max_actor_steps,
+      program_flags=list(FLAGS.program_flags))
+
+
+def _step_values(steps, values, grid):
+  """values[i] of the last episode ending at or before each grid point."""
+  if not len(steps):
+    return np.full_like(grid, np.nan)
+  i = np.searchsorted(steps, grid, side='right') - 1
+  return np.where(i >= 0, values[np.maximum(i, 0)], np.nan)
+
+
+def seed_curve(logdir):
+  """One run's columns on a grid of env steps, and its training curve
+  (env steps [E], mean of the last TRAIN_WINDOW returns [E])."""
+  logs = os.path.join(logdir, 'logs')
+  actors = [os.path.join(logs, d, 'logs.csv') for d in sorted(os.listdir(logs))
+            if d.startswith('actor_')]
+  t_steps, t_returns = curves.read_episodes(actors)
+  train = curves.moving_mean(t_returns, TRAIN_WINDOW)
+  e_steps, e_returns = curves.read_episodes(
+      [os.path.join(logs, 'evaluator', 'logs.csv')])
+  evaluation = curves.moving_mean(e_returns, EVAL_WINDOW)
+  learner = curves.read_run(logdir)
+  # To the last env step the run logged (an episode's end or the learner's
+  # last row).
+  ends = [0.] + list(t_steps[-1:]) + list(learner.env_steps[-1:])
+  end = max(ends)
+  grid = np.linspace(0, end, FLAGS.points + 1)
+  seconds = (np.interp(grid, learner.env_steps, learner.seconds)
+             if len(learner.env_steps) else np.full_like(grid, np.nan))
+  rows = curves.read_csv(os.path.join(logs, 'learner', 'logs.csv'))
+  learner_steps = (np.interp(grid, rows['actor_steps'], rows['learner_steps'])
+                   if len(rows.get('actor_steps', [])) else
+                   np.full_like(grid, np.nan))
+  columns = dict(env_steps=grid, wall_seconds=seconds,
+                 train_return_mean100=_step_values(t_steps, train, grid),
+                 eval_return_mean10=_step_values(e_steps, evaluation, grid),
+                 learner_steps=learner_steps)
+  return columns, (t_steps, train), (e_steps, evaluation)
+
+
+def first_reach(steps, values, target):
+  """Env steps where `values` first reach `target`; None if never."""
+  hit = np.nonzero(values >= target)[0]
+  return float(steps[hit[0]]) if len(hit) else None
+
+
+def _draw(per_seed, path):
+  from matplotlib import figure  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  fig = figure.Figure(figsize=(8., 4.8), dpi=100, layout='constrained')
+  backend_agg.FigureCanvasAgg(fig)
+  ax = fig.add_subplot()
+  for k, (seed, (_, train, evaluation, _)) in enumerate(per_seed.items()):
+    ax.plot(*train, color=f'C{k}',
+            label=f'seed {seed}: last {TRAIN_WINDOW} training episodes')
+    ax.plot(*evaluation, color=f'C{k}', linestyle=':',
+            label=f'seed {seed}: evaluator, last {EVAL_WINDOW}')
+  for j, (label, steps, value) in enumerate(REFERENCES):
+    ax.axhline(value, color=f'C{7 + j}', linestyle='--', linewidth=1,
+               label=label)
+  ax.set_xlabel('env steps (agent steps, 4 frames each)')
+  ax.set_ylabel('return')
+  ax.set_ylim(-21.5, 21.5)
+  ax.set_title('ALE/Pong-v5, the atari preset (IMPALA, shallow network)',
+               fontsize=10)
+  ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=''))
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=7, loc='upper left')
+  fig.savefig(path)
+
+
+def summarize():
+  per_seed = {}
+  for seed in FLAGS.seeds:
+    record = program_runs.finished(_logdir(seed))
+    if record is None:
+      print(f'pong.py: no finished run of seed {seed} under {FLAGS.logroot}; '
+            'left out.')
+      continue
+    columns, train, evaluation = seed_curve(_logdir(seed))
+    per_seed[seed] = (columns, train, evaluation, record)
+  if not per_seed:
+    raise SystemExit('pong.py: nothing to summarise.')
+  os.makedirs(FLAGS.outdir, exist_ok=True)
+  keys = ['env_steps', 'wall_seconds', 'train_return_mean100',
+          'eval_return_mean10', 'learner_steps']
+  for seed, (columns, _, _, record) in per_seed.items():
+    with open(os.path.join(FLAGS.outdir, f'pong_s{seed}.csv'), 'w',
+              newline='') as f:
+      writer = csv.writer(f)
+      writer.writerow(keys + ['commit', 'cpu'])
+      for row in zip(*(columns[k] for k in keys)):
+        writer.writerow([f'{v:.6g}' for v in row] +
+                        [record.get('commit'), record.get('cpu')])
+  _draw(per_seed, os.path.join(FLAGS.outdir, 'pong.png'))
+  print(f'\npong.py at {provenance.stamp()}: programs/impala_lp.py '
+        f'--config=atari {" ".join(FLAGS.program_flags)}, '
+        f'{FLAGS.max_actor_steps:,} env steps per seed. Each run\'s commit '
+        'and CPU: those it was made on.\n')
+  print(f'| seed | env steps | training, last {TRAIN_WINDOW} | evaluator, '
+        f'last {EVAL_WINDOW} | env steps to {TARGET:g} (training mean) | '
+        'wall minutes | env steps/s | commit | cpu |')
+  print('|---|---:|---:|---:|---:|---:|---:|---|---|')
+  for seed, (columns, train, evaluation, record) in per_seed.items():
+    reach = first_reach(*train, TARGET)
+    wall = record.get('wall_seconds', float('nan'))
+    steps = columns['env_steps'][-1]
+    final = train[1][-1] if len(train[1]) else float('nan')
+    print(f'| {seed} | {steps:,.0f} | {final:.1f} | '
+          f'{evaluation[1][-1] if len(evaluation[1]) else float("nan"):.1f} | '
+          f'{"not reached" if reach is None else f"{reach:,.0f}"} | '
+          f'{wall / 60:.1f} | {steps / wall:,.0f} | '
+          f'{record.get("commit")} | {record.get("cpu")} |')
+  print('\nReferences: ' + '; '.join(label for label, _, _ in REFERENCES) +
+        '.')
+
+
+def main(argv):
+  del argv
+  print(f'pong.py at {provenance.stamp()}: seeds {FLAGS.seeds}, '
+        f'{FLAGS.max_actor_steps:,} env steps each, one run at a time.',
+        flush=True)
+  if FLAGS.summarize_only:
+    summarize()
+    return
+  failed = []
+  for seed in FLAGS.seeds:
+    try:
+      run(seed)
+    except SystemExit as error:  # Noted; the other seeds go on.
+      print(error, flush=True)
+      failed.append(seed)
+  if len(failed) < len(FLAGS.seeds):
+    summarize()
+  if failed:
+    raise SystemExit(f'pong.py: seed(s) {", ".join(failed)} failed.')
+
+
+if __name__ == '__main__':
+  app.run(main)
