@@ -103,10 +103,7 @@ def run(game, seed):
 def _train_curve(logdir):
   """(env steps [E], mean of the last TRAIN_WINDOW training returns [E]) at
   each training episode's end."""
-  logs = os.path.join(logdir, 'logs')
-  actors = [os.path.join(logs, d, 'logs.csv') for d in sorted(os.listdir(logs))
-            if d.startswith('actor_')]
-  steps, returns = curves.read_episodes(actors)
+  steps, returns = curves.actor_episodes(logdir)
   return steps, curves.moving_mean(returns, TRAIN_WINDOW)
 
 
@@ -261,29 +258,12 @@ def summarize_efficiency(records):
 def seed_curve(logdir):
   """Columns of one run on a grid of env steps: env_steps, wall_seconds,
   train_return_mean100, eval_return_mean10 (NaN before the first)."""
-  logs = os.path.join(logdir, 'logs')
-  t_steps, train = _train_curve(logdir)
-  e_steps, e_returns = curves.read_episodes([os.path.join(logs, 'evaluator',
-                                               'logs.csv')])
-  learner = curves.read_run(logdir)
-  grid = np.linspace(0, t_steps[-1] if len(t_steps) else 0, FLAGS.points + 1)
-  evaluation = curves.moving_mean(e_returns, EVAL_WINDOW)
-
-  def at(steps, values, x):
-    i = np.searchsorted(steps, x, side='right') - 1
-    return np.where(i >= 0, values[np.maximum(i, 0)], np.nan) if len(
-        steps) else np.full_like(x, np.nan)
-
-  seconds = (np.interp(grid, learner.env_steps, learner.seconds)
-             if len(learner.env_steps) else np.full_like(grid, np.nan))
-  rows = curves.read_csv(os.path.join(logs, 'learner', 'logs.csv'))
-  learner_steps = (np.interp(grid, rows['actor_steps'], rows['learner_steps'])
-                   if len(rows.get('actor_steps', [])) else
-                   np.full_like(grid, np.nan))
-  return dict(env_steps=grid, wall_seconds=seconds,
-              learner_steps=learner_steps,
-              train_return_mean100=at(t_steps, train, grid),
-              eval_return_mean10=at(e_steps, evaluation, grid),
+  run = curves.run_on_grid(logdir, FLAGS.points, TRAIN_WINDOW, EVAL_WINDOW)
+  t_steps, train = run['train_curve']
+  return dict(env_steps=run['env_steps'], wall_seconds=run['wall_seconds'],
+              learner_steps=run['learner_steps'],
+              train_return_mean100=run['train_mean'],
+              eval_return_mean10=run['eval_mean'],
               final_train=float(train[-1]) if len(train) else float('nan'),
               episodes=len(t_steps))
 

@@ -79,42 +79,15 @@ def run(seed):
       program_flags=list(FLAGS.program_flags))
 
 
-def _step_values(steps, values, grid):
-  """values[i] of the last episode ending at or before each grid point."""
-  if not len(steps):
-    return np.full_like(grid, np.nan)
-  i = np.searchsorted(steps, grid, side='right') - 1
-  return np.where(i >= 0, values[np.maximum(i, 0)], np.nan)
-
-
 def seed_curve(logdir):
-  """One run's columns on a grid of env steps, and its training curve
-  (env steps [E], mean of the last TRAIN_WINDOW returns [E])."""
-  logs = os.path.join(logdir, 'logs')
-  actors = [os.path.join(logs, d, 'logs.csv') for d in sorted(os.listdir(logs))
-            if d.startswith('actor_')]
-  t_steps, t_returns = curves.read_episodes(actors)
-  train = curves.moving_mean(t_returns, TRAIN_WINDOW)
-  e_steps, e_returns = curves.read_episodes(
-      [os.path.join(logs, 'evaluator', 'logs.csv')])
-  evaluation = curves.moving_mean(e_returns, EVAL_WINDOW)
-  learner = curves.read_run(logdir)
-  # To the last env step the run logged (an episode's end or the learner's
-  # last row).
-  ends = [0.] + list(t_steps[-1:]) + list(learner.env_steps[-1:])
-  end = max(ends)
-  grid = np.linspace(0, end, FLAGS.points + 1)
-  seconds = (np.interp(grid, learner.env_steps, learner.seconds)
-             if len(learner.env_steps) else np.full_like(grid, np.nan))
-  rows = curves.read_csv(os.path.join(logs, 'learner', 'logs.csv'))
-  learner_steps = (np.interp(grid, rows['actor_steps'], rows['learner_steps'])
-                   if len(rows.get('actor_steps', [])) else
-                   np.full_like(grid, np.nan))
-  columns = dict(env_steps=grid, wall_seconds=seconds,
-                 train_return_mean100=_step_values(t_steps, train, grid),
-                 eval_return_mean10=_step_values(e_steps, evaluation, grid),
-                 learner_steps=learner_steps)
-  return columns, (t_steps, train), (e_steps, evaluation)
+  """One run's columns on a grid of env steps, and its training and
+  evaluator curves (env steps [E], means [E])."""
+  run = curves.run_on_grid(logdir, FLAGS.points, TRAIN_WINDOW, EVAL_WINDOW)
+  columns = dict(env_steps=run['env_steps'], wall_seconds=run['wall_seconds'],
+                 train_return_mean100=run['train_mean'],
+                 eval_return_mean10=run['eval_mean'],
+                 learner_steps=run['learner_steps'])
+  return columns, run['train_curve'], run['eval_curve']
 
 
 def first_reach(steps, values, target):

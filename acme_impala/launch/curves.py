@@ -362,6 +362,58 @@ def read_agents(logdir: str) -> List[Curves]:
 # Several runs on one grid.
 
 
+def actor_episodes(logdir: str) -> Tuple[np.ndarray, np.ndarray]:
+  """(env steps [E], returns [E]) of a single agent's training episodes:
+  every actor's, merged in env-step order."""
+  logs = os.path.join(logdir, 'logs')
+  actors = [os.path.join(logs, d, 'logs.csv') for d in sorted(os.listdir(logs))
+            if d.startswith('actor_')]
+  return read_episodes(actors)
+
+
+def _last_values(steps: np.ndarray, values: np.ndarray,
+                 grid: np.ndarray) -> np.ndarray:
+  """values at the last point <= each grid x; NaN before the first."""
+  if not len(steps):
+    return np.full_like(grid, np.nan)
+  i = np.searchsorted(steps, grid, side='right') - 1
+  return np.where(i >= 0, values[np.maximum(i, 0)], np.nan)
+
+
+def run_on_grid(logdir: str, points: int, train_window: int,
+                eval_window: int) -> Dict[str, object]:
+  """A single agent's run on `points` + 1 env steps from 0 to its last
+  training episode (its learner's last row if it has none):
+
+    env_steps, wall_seconds, learner_steps, train_mean (the mean of the
+    last `train_window` training returns), eval_mean (of the evaluator's
+    last `eval_window`): [points + 1] each, NaN before a column's first
+    value; train_curve, eval_curve: (env steps [E], means [E]) at each
+    episode's end.
+  """
+  logs = os.path.join(logdir, 'logs')
+  t_steps, t_returns = actor_episodes(logdir)
+  train = moving_mean(t_returns, train_window)
+  e_steps, e_returns = read_episodes([os.path.join(logs, 'evaluator',
+                                                   'logs.csv')])
+  evaluation = moving_mean(e_returns, eval_window)
+  learner = read_run(logdir)
+  end = (t_steps[-1] if len(t_steps) else
+         learner.env_steps[-1] if len(learner.env_steps) else 0.)
+  grid = np.linspace(0, end, points + 1)
+  seconds = (np.interp(grid, learner.env_steps, learner.seconds)
+             if len(learner.env_steps) else np.full_like(grid, np.nan))
+  rows = read_csv(os.path.join(logs, 'learner', 'logs.csv'))
+  learner_steps = (np.interp(grid, rows['actor_steps'], rows['learner_steps'])
+                   if len(rows.get('actor_steps', [])) else
+                   np.full_like(grid, np.nan))
+  return dict(env_steps=grid, wall_seconds=seconds,
+              learner_steps=learner_steps,
+              train_mean=_last_values(t_steps, train, grid),
+              eval_mean=_last_values(e_steps, evaluation, grid),
+              train_curve=(t_steps, train), eval_curve=(e_steps, evaluation))
+
+
 def value_at(curve: Tuple[np.ndarray, np.ndarray], x: float) -> float:
   """`curve` = (steps [E] nondecreasing, values [E]): the value at its last
   point <= x, NaN before its first point or where that value is not
