@@ -367,3 +367,34 @@ def test_plot_program_names_a_bad_logdir(tmp_path, bad):
   assert len(lines) == 1 and lines[0].startswith('plot: error: ')
   assert str(tmp_path / bad) in lines[0]
   assert not os.path.exists(tmp_path / 'curves.png')
+
+
+def test_run_on_grid_by_hand(tmp_path):
+  """A run of 2 actors (episode i of actor a ends at 500 i steps with
+  return 20 + i + a) and 25 evaluator episodes (1000 i, return i + 1), on
+  a grid of 4 intervals to the last training episode (29,500 steps)."""
+  logdir = _make_run(str(tmp_path / 'run'), returns=[float(r) for r in
+                                                      range(1, 26)])
+  run = curves.run_on_grid(logdir, points=4, train_window=4, eval_window=2)
+  np.testing.assert_allclose(run['env_steps'], [0, 7375, 14750, 22125,
+                                                29500])
+  # Training episodes merged in step order (actor 0 then 1 at each step):
+  # at 7,375 the last ended at 7,000 (i = 14), the last 4 returns being
+  # 33, 34 (i = 13) and 34, 35 (i = 14).
+  assert run['train_mean'][1] == np.mean([33 + 0, 33 + 1, 34 + 0, 34 + 1])
+  # The first grid point has an episode (i = 0, both actors) at 0.
+  assert run['train_mean'][0] == np.mean([20., 21.])
+  # Evaluator: at 14,750 the last episode was at 14,000 (return 15), the
+  # one before 14: 14.5.
+  assert run['eval_mean'][2] == 14.5
+  # Learner rows: 500 env steps per second from 1,000 at 1 s, 10 learner
+  # steps per row, interpolated.
+  np.testing.assert_allclose(run['wall_seconds'][2], 14750 / 500 - 1,
+                             atol=1.)
+  np.testing.assert_allclose(run['learner_steps'][2],
+                             np.interp(14750, [r['actor_steps'] for r in
+                                               _learner_rows(60)],
+                                       [r['learner_steps'] for r in
+                                        _learner_rows(60)]))
+  steps, means = run['train_curve']
+  assert len(steps) == len(means) == 120
