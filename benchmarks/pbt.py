@@ -193,20 +193,6 @@ def _settings_differ(record) -> dict:
           if record.get(k) != v}
 
 
-def summarized_seeds():
-  """--seeds, and the seeds of every other finished run of --conditions
-  under --logroot: a benchmark run seed by seed keeps one summary of all
-  of them (runs of other settings are left out, by name, in `summarize`)."""
-  seeds = list(FLAGS.seeds)
-  for path in glob.glob(os.path.join(FLAGS.logroot, '*_s*')):
-    condition, _, seed = os.path.basename(path).rpartition('_s')
-    if (condition in FLAGS.conditions and seed not in seeds and
-        program_runs.finished(path) is not None):
-      seeds.append(seed)
-  return sorted(seeds, key=lambda s: (not s.isdigit(), int(s) if
-                                      s.isdigit() else 0, s))
-
-
 def summarize():
   os.makedirs(FLAGS.outdir, exist_ok=True)
   grid = np.linspace(FLAGS.max_actor_steps / FLAGS.points,
@@ -214,7 +200,10 @@ def summarize():
   # (condition, seed) -> (per-agent [A, P], finals [A], events, record).
   results = {}
   for condition in FLAGS.conditions:
-    for seed in summarized_seeds():
+    # Seeds run one invocation at a time add up; runs of other settings
+    # are left out, by name, below.
+    for seed in program_runs.with_finished_seeds(
+        FLAGS.seeds, FLAGS.logroot, [f'{c}_' for c in FLAGS.conditions]):
       logdir = _logdir(condition, seed)
       record = program_runs.finished(logdir)
       if record is None:

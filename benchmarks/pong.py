@@ -15,7 +15,8 @@ evaluator) for each seed to `--max_actor_steps` agent steps (frame skip 4:
 
 Evidence of direction on a 2-core machine, not a goal (issue 37). A finished
 run leaves `benchmark_run.json` in `--logroot/s<seed>` and is not run again;
-`--summarize_only` redraws from the finished runs there.
+`--summarize_only` redraws from the finished runs there (--seeds and every
+other seed finished there with the same settings).
 
   python benchmarks/pong.py --seeds=0 --max_actor_steps=2000000
   python benchmarks/pong.py --summarize_only
@@ -108,7 +109,7 @@ def _draw(per_seed, path):
             label=f'seed {seed}: last {TRAIN_WINDOW} training episodes')
     ax.plot(*evaluation, color=f'C{k}', linestyle=':',
             label=f'seed {seed}: evaluator, last {EVAL_WINDOW}')
-  for j, (label, steps, value) in enumerate(REFERENCES):
+  for j, (label, _, value) in enumerate(REFERENCES):
     ax.axhline(value, color=f'C{7 + j}', linestyle='--', linewidth=1,
                label=label)
   ax.set_xlabel('env steps (agent steps, 4 frames each)')
@@ -124,11 +125,19 @@ def _draw(per_seed, path):
 
 def summarize():
   per_seed = {}
-  for seed in FLAGS.seeds:
+  for seed in program_runs.with_finished_seeds(FLAGS.seeds, FLAGS.logroot):
     record = program_runs.finished(_logdir(seed))
     if record is None:
       print(f'pong.py: no finished run of seed {seed} under {FLAGS.logroot}; '
             'left out.')
+      continue
+    now = dict(max_actor_steps=FLAGS.max_actor_steps,
+               program_flags=list(FLAGS.program_flags))
+    differ = {k: (record.get(k), v) for k, v in now.items()
+              if record.get(k) != v}
+    if differ:
+      print(f'pong.py: {_logdir(seed)} was run with other settings (run, '
+            f'now): {differ}; left out.')
       continue
     columns, train, evaluation = seed_curve(_logdir(seed))
     per_seed[seed] = (columns, train, evaluation, record)

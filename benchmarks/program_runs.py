@@ -4,6 +4,7 @@ benchmark resumes where it stopped (`benchmarks/minatar.py`,
 `benchmarks/multitask.py`, `benchmarks/pbt.py`); and a program run with a
 time limit that lets the launcher stop its nodes (`run_program`)."""
 
+import glob
 import json
 import os
 import signal
@@ -27,6 +28,20 @@ def finished(logdir: str):
     return None
   with open(done) as f:
     return json.load(f)
+
+
+def with_finished_seeds(seeds, logroot: str, prefixes=('',)):
+  """`seeds` and the seed of every finished run `<prefix>s<seed>` under
+  `logroot`, in numeric order: a benchmark run one seed per invocation
+  keeps one summary of all of them."""
+  seeds = list(seeds)
+  for prefix in prefixes:
+    for path in glob.glob(os.path.join(logroot, f'{prefix}s*')):
+      seed = os.path.basename(path)[len(prefix) + 1:]
+      if seed and seed not in seeds and finished(path) is not None:
+        seeds.append(seed)
+  return sorted(seeds, key=lambda s: (not s.isdigit(),
+                                      int(s) if s.isdigit() else 0, s))
 
 
 def run_program(cmd, timeout_s=None, **popen_kwargs):
