@@ -21,6 +21,9 @@ as a fraction of the engine-only rate. With `--actor_overlap` each EnvPool
 row also measures one process with two actors of K/2 environments (one
 EnvPool each) stepped alternately, so that one half's emulators run while
 the other half's policy and adder do (`EnvPoolBatch.step_async`).
+With `--actor_parts` each row also runs the actor once more with its
+loop's three calls timed in place (the policy, the engine's step, the
+record: the adder's writes and restarts), per env step: where its time goes.
 Each of these rows also gives the process's CPU time per env step (all its
 threads: emulators, TensorFlow, Reverb) and what it implies: the most any
 scheduling of the actor's work over the machine's cores could reach,
@@ -89,6 +92,9 @@ flags.DEFINE_enum('actor_sink', 'drain', ['drain', 'evict'],
 flags.DEFINE_bool('actor_overlap', False, 'Actor-only rows, EnvPool: also '
                   'two actors of K/2 environments overlapped in one process '
                   '(one steps its emulators while the other acts).')
+flags.DEFINE_bool('actor_parts', False, 'Actor-only rows: also where an '
+                  "actor step goes (its loop's policy call, engine step and "
+                  'record, timed in place in a fresh process).')
 flags.DEFINE_bool('ale_vector', False, 'Actor-only Atari rows: also ale-py\'s '
                   'C++ vector environment alone (AtariVectorEnv, the env-only '
                   'reference issue 13 names) with the settings EnvPool gets, '
@@ -118,7 +124,8 @@ def _config_for(env_id):
 def _probe(engine, env_id, k, mode):
   """{'env_sps', 'cpu_us'} of one process: env steps/s and CPU time per env
   step (every thread of the process) of the engine alone ('env'), one actor
-  ('actor': policy, adder, Reverb queue drained by a thread) or two of K/2
+  ('actor': policy, adder, Reverb queue drained by a thread; 'parts': the
+  same, its calls timed in place, `_time_actor_parts`) or two of K/2
   environments overlapped ('overlap', EnvPool only); engine 'ale_vector':
   ale-py's vector environment alone ('env' only)."""
   import threading  # pylint: disable=g-import-not-at-top
@@ -170,6 +177,8 @@ def _probe(engine, env_id, k, mode):
       actor = builder.make_actor(
           builder.make_network(), builder.make_adder(client, k, batched=True),
           seed=0, num_envs=k, batched=True)
+      if mode == 'parts':
+        parts = _time_actor_parts(actor, env, loops)
       loop = loops.BatchedEnvironmentLoop(env, actor,
                                           logger=loggers.NoOpLogger(),
                                           should_update=False)
@@ -180,10 +189,54 @@ def _probe(engine, env_id, k, mode):
           steps += loop.run(num_steps=20 * k)
         return steps
   run(min(5., FLAGS.actor_seconds))  # Warm-up: tracing, first episodes.
+  if mode == 'parts':
+    parts.clear()
   cpu_start, start = time.process_time(), time.time()
   steps = run(FLAGS.actor_seconds)
   cpu_s, wall_s = time.process_time() - cpu_start, time.time() - start
-  return {'env_sps': steps / wall_s, 'cpu_us': cpu_s / steps * 1e6}
+  result = {'env_sps': steps / wall_s, 'cpu_us': cpu_s / steps * 1e6}
+  if mode == 'parts':
+    result.update({f'{part}_us': seconds / steps * 1e6
+                   for part, seconds in parts.items()})
+    result.update(calls=parts.calls, steps=steps)
+  return result
+
+
+class _PartTimes(dict):
+  """{part: wall seconds in its calls}, and the number of policy calls."""
+
+  def clear(self):
+    super().clear()
+    self.calls = 0
+
+
+def _time_actor_parts(actor, env, loops_module):
+  """Times, in place, the three calls an actor's loop makes each step: the
+  policy (`select_actions`), the engine (`step`) and the record (the adder's
+  writes and the restarts, `loops.observe_step`); returns their _PartTimes.
+
+  Wall time of the loop's thread: EnvPool's and Reverb's own threads run
+  inside or beside these calls, so the parts add up to the loop's wall time
+  (the rest is the loop's own bookkeeping), not to its CPU time."""
+  times = _PartTimes()
+  times.clear()
+
+  def timed(fn, part):
+    def call(*args, **kwargs):
+      start = time.perf_counter()
+      try:
+        return fn(*args, **kwargs)
+      finally:
+        times[part] = times.get(part, 0.) + time.perf_counter() - start
+        if part == 'policy':
+          times.calls += 1
+    return call
+
+  actor.select_actions = timed(actor.select_actions, 'policy')
+  env.step = timed(env.step, 'engine')
+  # The loop calls its module's observe_step by name at every step.
+  loops_module.observe_step = timed(loops_module.observe_step, 'record')
+  return times
 
 
 _ALE_VECTOR = 'ale_vector'
@@ -285,7 +338,9 @@ def _actor_table():
       actor = _probe_in_subprocess(engine, env_id, int(k), 'actor')
       overlap = (_probe_in_subprocess(engine, env_id, int(k), 'overlap')
                  if FLAGS.actor_overlap and engine == 'envpool' else None)
-      rows.append((env_id, int(k), engine, env, actor, overlap))
+      parts = (_probe_in_subprocess(engine, env_id, int(k), 'parts')
+               if FLAGS.actor_parts else None)
+      rows.append((env_id, int(k), engine, env, actor, overlap, parts))
     if FLAGS.ale_vector:
       print(f'engine-only: {_ALE_VECTOR} {env_id} x {k}...', flush=True)
       ale[(env_id, int(k))] = _probe_in_subprocess(
@@ -312,9 +367,9 @@ def _actor_table():
   print('|---|---:|---|---:|---:|---:|---:|---:|---:|---:|' +
         ('---:|---:|' if FLAGS.actor_overlap else '') +
         ('---:|---:|' if FLAGS.ale_vector else ''))
-  base = {(e, k): a['env_sps'] for e, k, engine, _, a, _ in rows
+  base = {(e, k): a['env_sps'] for e, k, engine, _, a, _, _ in rows
           if engine == 'gymnasium'}
-  for env_id, k, engine, env, actor, overlap in rows:
+  for env_id, k, engine, env, actor, overlap, _ in rows:
     env_sps, actor_sps = env['env_sps'], actor['env_sps']
     versus = (f'{actor_sps / base[(env_id, k)]:.2f}x'
               if (env_id, k) in base else '-')
@@ -332,6 +387,30 @@ def _actor_table():
       line += (f' {ale[(env_id, k)]:.0f} | '
                f'{actor_sps / ale[(env_id, k)]:.0%} |')
     print(line)
+  print()
+  if FLAGS.actor_parts:
+    _print_actor_parts(rows)
+
+
+def _print_actor_parts(rows):
+  """Where an actor's step goes: its loop's wall time per env step."""
+  print('Where an actor step goes: wall time of the loop\'s thread per env '
+        'step (us), its three calls timed in place in a fresh actor process '
+        '(the "parts" run, apart from the actor row above); "engine alone" '
+        'is the engine-only row\'s 1 / rate, the engine step\'s floor.\n')
+  print('| environment | envs | engine | actor (env steps/s) | policy | '
+        'engine step | record (adder, restarts) | loop\'s rest | total | '
+        'engine alone | policy call (ms) |')
+  print('|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+  for env_id, k, engine, env, _, _, parts in rows:
+    total = 1e6 / parts['env_sps']
+    named = [parts.get(f'{p}_us', 0.) for p in ('policy', 'engine', 'record')]
+    steps_per_call = parts['steps'] / max(parts['calls'], 1)
+    print(f'| {env_id} | {k} | {engine} | {parts["env_sps"]:.0f} | '
+          + ' | '.join(f'{x:.0f}' for x in named) +
+          f' | {total - sum(named):.0f} | {total:.0f} | '
+          f'{1e6 / env["env_sps"]:.0f} | '
+          f'{named[0] * steps_per_call / 1e3:.2f} |')
   print()
 
 

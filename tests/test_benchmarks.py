@@ -390,3 +390,22 @@ def test_multitask_goes_on_past_a_failed_seed_and_marks_it_unfinished(
   assert [rows['1'][k] for k in ('total_env_steps', 'finished', 'commit',
                                  'cpu')] == ['10000', 'no', '0123456-dirty',
                                              'unknown']
+
+
+def test_throughput_actor_parts_time_the_loops_three_calls():
+  # The 'parts' probe wraps the policy, the engine's step and the loop's
+  # record in place: each must have been timed (a loop that stopped calling
+  # one of them by the wrapped name would leave it at zero), and the three
+  # sit inside the loop's wall time per env step.
+  rc, out = _script_run('throughput.py',
+                        '--probe=gymnasium:CartPole-v1:8:parts',
+                        '--actor_seconds=1')
+  assert rc == 0, out
+  parts = json.loads(out.strip().splitlines()[-1])
+  assert parts['calls'] > 0, parts
+  named = [parts[f'{p}_us'] for p in ('policy', 'engine', 'record')]
+  assert all(x > 0 for x in named), parts
+  # One policy call per loop step of 8 envs: about 8 env steps per call
+  # (fewer where an environment restarted).
+  assert 0 < parts['steps'] / parts['calls'] <= 8, parts
+  assert sum(named) < 1e6 / parts['env_sps'], parts
