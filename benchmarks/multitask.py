@@ -19,14 +19,16 @@ game); over games, IMPALA's mean capped normalised score
 paper's AC(lambda) at 5M 1). Writes under `--outdir`:
 
   multitask_s<seed>.csv   per seed, on a grid of total env steps: each
-                          game's 100-episode mean and the suite score;
+                          game's 100-episode mean and the suite score,
+                          with the run's commit and CPU;
   multitask.png           the suite score of each seed of both against
                           total env steps;
   multitask_summary.csv   and a Markdown table: per game the final means
                           of each seed of both, and their suite scores;
                           the env steps each reached, whether it finished,
                           and the commit and CPU it was made on;
-  multitask_game_steps.csv  the env steps each game got in each run.
+  multitask_game_steps.csv  the env steps each game got in each run, with
+                          its commit and CPU.
 
   python benchmarks/multitask.py --seeds=0
   python benchmarks/multitask.py --summarize_only
@@ -245,10 +247,11 @@ def summarize(seeds):
               newline='') as f:
       writer = csv.writer(f)
       writer.writerow(['total_env_steps'] + [f'{g}_train_mean100'
-                                             for g in means] + ['suite_score'])
+                                             for g in means] +
+                      ['suite_score', 'commit', 'cpu'])
       for p, x in enumerate(grid):
         writer.writerow([int(x)] + [f'{means[g][p]:.3f}' for g in means] +
-                        [f'{score[p]:.4f}'])
+                        [f'{score[p]:.4f}', *made_on[seed]])
   _plot(multi, single, grid, ends)
   # (agent, seed, finals, suite score, env steps reached, finished, commit,
   # cpu).
@@ -282,14 +285,15 @@ def summarize(seeds):
   with open(os.path.join(FLAGS.outdir, 'multitask_game_steps.csv'), 'w',
             newline='') as f:
     writer = csv.writer(f)
-    writer.writerow(['seed'] + list(minatar.GAMES))
+    writer.writerow(['seed'] + list(minatar.GAMES) + ['commit', 'cpu'])
     print('\nEnv steps each game got in the multi-task run (the single-task '
           'agents: the total / 5 each):\n')
     print('| seed | ' + ' | '.join(minatar.GAMES) + ' |')
     print('|---|' + '---:|' * len(minatar.GAMES))
     for seed in multi:
       steps = game_env_steps(_logdir(seed))
-      writer.writerow([seed] + [steps.get(g, 0) for g in minatar.GAMES])
+      writer.writerow([seed] + [steps.get(g, 0) for g in minatar.GAMES] +
+                      list(made_on[seed]))
       print(f'| {seed} | ' + ' | '.join(f'{steps.get(g, 0):,}'
                                         for g in minatar.GAMES) + ' |')
   return True
