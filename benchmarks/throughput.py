@@ -41,6 +41,7 @@ reference issue 13 names.
       --actor_rows=ALE/Pong-v5:8,ALE/Pong-v5:64 --actor_overlap
 """
 
+import collections
 import csv
 import json
 import os
@@ -190,36 +191,30 @@ def _probe(engine, env_id, k, mode):
         return steps
   run(min(5., FLAGS.actor_seconds))  # Warm-up: tracing, first episodes.
   if mode == 'parts':
-    parts.clear()
+    for counts in parts:
+      counts.clear()
   cpu_start, start = time.process_time(), time.time()
   steps = run(FLAGS.actor_seconds)
   cpu_s, wall_s = time.process_time() - cpu_start, time.time() - start
   result = {'env_sps': steps / wall_s, 'cpu_us': cpu_s / steps * 1e6}
   if mode == 'parts':
-    result.update({f'{part}_us': seconds / steps * 1e6
-                   for part, seconds in parts.items()})
-    result.update(calls=parts.calls, steps=steps)
+    seconds, calls = parts
+    result.update({f'{part}_us': s / steps * 1e6
+                   for part, s in seconds.items()})
+    result.update(calls=calls['policy'], steps=steps)
   return result
-
-
-class _PartTimes(dict):
-  """{part: wall seconds in its calls}, and the number of policy calls."""
-
-  def clear(self):
-    super().clear()
-    self.calls = 0
 
 
 def _time_actor_parts(actor, env, loops_module):
   """Times, in place, the three calls an actor's loop makes each step: the
   policy (`select_actions`), the engine (`step`) and the record (the adder's
-  writes and the restarts, `loops.observe_step`); returns their _PartTimes.
+  writes and the restarts, `loops.observe_step`); returns ({part: wall
+  seconds in its calls}, {part: calls}), Counters the caller may clear.
 
   Wall time of the loop's thread: EnvPool's and Reverb's own threads run
   inside or beside these calls, so the parts add up to the loop's wall time
   (the rest is the loop's own bookkeeping), not to its CPU time."""
-  times = _PartTimes()
-  times.clear()
+  seconds, calls = collections.Counter(), collections.Counter()
 
   def timed(fn, part):
     def call(*args, **kwargs):
@@ -227,16 +222,15 @@ def _time_actor_parts(actor, env, loops_module):
       try:
         return fn(*args, **kwargs)
       finally:
-        times[part] = times.get(part, 0.) + time.perf_counter() - start
-        if part == 'policy':
-          times.calls += 1
+        seconds[part] += time.perf_counter() - start
+        calls[part] += 1
     return call
 
   actor.select_actions = timed(actor.select_actions, 'policy')
   env.step = timed(env.step, 'engine')
   # The loop calls its module's observe_step by name at every step.
   loops_module.observe_step = timed(loops_module.observe_step, 'record')
-  return times
+  return seconds, calls
 
 
 _ALE_VECTOR = 'ale_vector'
