@@ -189,8 +189,7 @@ def _settings_differ(record) -> dict:
          'num_actors': FLAGS.num_actors,
          'replay_fraction': FLAGS.replay_fraction,
          'program_flags': list(FLAGS.program_flags)}
-  return {k: (record.get(k, 'not recorded'), v) for k, v in now.items()
-          if record.get(k) != v}
+  return program_runs.settings_differ(record, now)
 
 
 def summarize():

@@ -133,8 +133,7 @@ def summarize():
       continue
     now = dict(max_actor_steps=FLAGS.max_actor_steps,
                program_flags=list(FLAGS.program_flags))
-    differ = {k: (record.get(k), v) for k, v in now.items()
-              if record.get(k) != v}
+    differ = program_runs.settings_differ(record, now)
     if differ:
       print(f'pong.py: {_logdir(seed)} was run with other settings (run, '
             f'now): {differ}; left out.')

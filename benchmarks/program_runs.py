@@ -30,6 +30,13 @@ def finished(logdir: str):
     return json.load(f)
 
 
+def settings_differ(record: dict, settings: dict) -> dict:
+  """{setting: (the run's, `settings`')} where a run's record differs
+  from `settings` ('not recorded' where the record lacks it)."""
+  return {k: (record.get(k, 'not recorded'), v) for k, v in settings.items()
+          if record.get(k) != v}
+
+
 def with_finished_seeds(seeds, logroot: str, prefixes=('',)):
   """`seeds` and the seed of every finished run `<prefix>s<seed>` under
   `logroot`, in numeric order: a benchmark run one seed per invocation
@@ -82,8 +89,7 @@ def run_once(label: str, cmd, logdir: str, timeout_s=None, **record) -> dict:
   if earlier is not None:
     # A record without its command predates the check: what it ran cannot
     # be told, so it is not reused.
-    differ = {k: (earlier.get(k, 'not recorded'), v)
-              for k, v in record.items() if earlier.get(k) != v}
+    differ = settings_differ(earlier, record)
     if differ:
       raise SystemExit(
           f'{label}: {logdir} holds a finished run with other settings '
