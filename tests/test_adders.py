@@ -5,10 +5,15 @@ windows cross episode ends in every position) and write to real Reverb
 servers; the items are read back in FIFO order and compared array by array.
 """
 
+import os
+import subprocess
+import sys
+
 from acme import specs
 from acme.adders import reverb as acme_adders
 import dm_env
 import numpy as np
+import portpicker
 import pytest
 import reverb
 import tensorflow as tf
@@ -250,6 +255,75 @@ def test_close_adder_after_server_stop_drops_writer():
     adders.close_adder(adder)  # A second close is a no-op.
   assert ours._windows._writer is None  # pylint: disable=protected-access
   assert compat.acme_adder_writer(theirs) is None
+
+
+_SERVER = """
+import sys, time, reverb
+server = reverb.Server([reverb.Table.queue('q', 10**6)], port=int(sys.argv[1]))
+print('up', flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_stop_request_ends_writes_waiting_on_a_lost_replay():
+  """An actor whose replay has gone waits in the adder's flush; its stop
+  request (a SIGTERM handler that closes the adder, as the actor node's)
+  must still run and end the loop. tests/adder_stop_worker.py is the actor's
+  loop; the replay is a Reverb server in its own process, SIGKILLed while
+  the loop writes. With an unbounded flush the main thread never came back
+  from Reverb and the worker exited 3."""
+  port = portpicker.pick_unused_port()
+  server = subprocess.Popen([sys.executable, '-c', _SERVER, str(port)],
+                            stdout=subprocess.PIPE, text=True)
+  worker = None
+  try:
+    assert server.stdout.readline().strip() == 'up'
+    worker = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__),
+                                      'adder_stop_worker.py'), str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in worker.stdout:
+      lines.append(line)
+      if line.strip() == 'writing':
+        break
+    assert lines and lines[-1].strip() == 'writing', ''.join(lines)[-3000:]
+    server.kill()
+    server.wait()
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, (worker.returncode, out[-3000:])
+    assert out.splitlines()[-1] == 'ended after the stop', out[-3000:]
+  finally:
+    for proc in (server, worker):
+      if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_closed_adder_opens_no_new_writer():
+  """After close (a node's stop handler), a loop that writes on gets an
+  error, not a new writer to a server that may be gone."""
+  server = reverb.Server([reverb.Table.queue('q', 1000)], port=None)
+  try:
+    client = reverb.Client(f'localhost:{server.port}')
+    ours = adders.BatchedTrajectoryAdder(client, 2, 3, 2, {'q': None})
+    mid = np.full(2, int(dm_env.StepType.MID), np.int32)
+    step = lambda: ours.add(np.zeros(2, np.int32), dm_env.TimeStep(  # pylint: disable=unnecessary-lambda-assignment
+        mid, np.ones(2, np.float32), np.ones(2, np.float32),
+        np.ones((2, OBS_DIM), np.float32)))
+    for i in range(2):
+      ours.add_first(i, dm_env.restart(np.ones(OBS_DIM, np.float32)))
+    for _ in range(3):
+      step()  # The first window of each stream is written.
+    ours.flush(timeout_ms=10_000)
+    assert client.server_info()['q'].current_size == 2
+    adders.close_adder(ours)
+    with pytest.raises(RuntimeError, match='closed'):
+      for _ in range(3):
+        step()
+    assert ours._windows._writer is None  # pylint: disable=protected-access
+  finally:
+    server.stop()
 
 
 def test_episode_items_hold_each_episode_from_its_first_window():

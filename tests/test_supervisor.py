@@ -140,6 +140,7 @@ def faulted(tmp_path_factory):
         lambda: run.learner_step() > seen['learner_restart_step'] + 20 and (
             run.learner_step()), 'learner steps after its restart', 180)
     # The replay: back with the contents of its latest checkpoint.
+    rows_at_replay_kill = {a: len(run.rows(a)) for a in ('actor_0', 'actor_1')}
     pid = run.kill('replay/0')
     run.wait(lambda: run.restarted('replay/0', pid), 'replay to restart')
     restored = run.wait(lambda: re.findall(
@@ -150,6 +151,12 @@ def faulted(tmp_path_factory):
     seen['learner_step_after_replay'] = run.wait(
         lambda: run.learner_step() > step + 20 and run.learner_step(),
         'learner steps after the replay restart', 120)
+    # Both actors play on: their writers reconnect to the restarted replay
+    # (Reverb's backoff takes up to about 15 s).
+    seen['actors_wrote_after_replay'] = run.wait(
+        lambda: all(len(run.rows(a)) > n + 1
+                    for a, n in rows_at_replay_kill.items()),
+        'both actors to write episodes after the replay restart', 90)
     run.proc.send_signal(signal.SIGINT)
     seen['rc'] = run.finish()
     seen['out'] = run.output()
@@ -178,6 +185,7 @@ def test_killed_learner_continues_from_its_checkpoint(faulted):
 def test_killed_replay_comes_back_with_its_contents(faulted):
   assert faulted['replay_restored'] > 0
   assert faulted['learner_step_after_replay'] > faulted['learner_step_after']
+  assert faulted['actors_wrote_after_replay']
 
 
 def test_items_lost_with_the_killed_replay_are_counted(faulted):
@@ -202,6 +210,10 @@ def test_faulted_run_ends_cleanly_with_a_restart_summary(faulted):
     assert node in last[-1]
   assert last[-1].endswith('exiting with status 0.')
   assert faulted['leftovers'] == []
+  # Every node ended on the stop request, none after the termination
+  # notice: an actor whose writer had reconnected to the restarted replay
+  # once held its process until it was SIGKILLed.
+  assert 'did not stop within' not in faulted['out'], faulted['out'][-5000:]
 
 
 def test_node_killed_past_its_limit_stops_the_program(tmp_path):

@@ -98,6 +98,7 @@ class _Windows:
         [None] * num_streams)
     self._episode_appends = np.zeros(num_streams, np.int64)
     self.truncated_episodes = 0
+    self._closed = False
 
   def push(self, step, streams: Optional[np.ndarray] = None,
            terminal: bool = False):
@@ -169,7 +170,7 @@ class _Windows:
           numpy_trajectory = reverb_base.Trajectory(**window)
         priority = priority_fn(numpy_trajectory)
       writer.create_item(table, priority, trajectory)
-      writer.flush(self._max_in_flight_items)
+      _flush(writer, self._max_in_flight_items)
 
   def _write_episodes(self, stream: int, index: int, window):
     """Adds window `index` of `stream` to the stream's open episodes and
@@ -203,7 +204,7 @@ class _Windows:
     # episode ends (ReplaySample.info.priority).
     for table in self._episode_tables:
       writer.create_item(table, float(len(positions)), trajectory)
-    writer.flush(self._stream_max_in_flight_items)
+    _flush(writer, self._stream_max_in_flight_items)
 
   def _episode_writer(self, stream: int) -> reverb.TrajectoryWriter:
     """Stream `stream`'s writer of episode items, apart from the window
@@ -216,6 +217,7 @@ class _Windows:
     copy of each window in flight; the queue's copy is removed once learned
     from, so the replay still holds each window once."""
     if self._episode_writers[stream] is None:
+      self._check_open()
       keep = self._max_episode_windows + 1
       self._episode_writers[stream] = compat.constant_chunk_trajectory_writer(
           self._client, chunk_length=min(keep, _EPISODE_CHUNK_WINDOWS),
@@ -226,12 +228,21 @@ class _Windows:
   @property
   def writer(self) -> reverb.TrajectoryWriter:
     if self._writer is None:
+      self._check_open()
       # One append per item: each chunk is one [L, ...] window and nothing
       # older needs to stay referenceable.
       self._writer = self._client.trajectory_writer(
           num_keep_alive_refs=1,
           get_signature_timeout_ms=self._get_signature_timeout_ms)
     return self._writer
+
+  def _check_open(self):
+    # A loop that goes on writing after its stop handler closed the adder
+    # would otherwise open a new writer to a server that may be gone (a
+    # writer opened at shutdown once crashed its process in Reverb).
+    if self._closed:
+      raise RuntimeError('the adder is closed: no writer is opened after '
+                         'close().')
 
   def _writers(self) -> List[reverb.TrajectoryWriter]:
     return [w for w in [self._writer] + self._episode_writers
@@ -242,6 +253,7 @@ class _Windows:
       writer.flush(0, timeout_ms=timeout_ms)
 
   def close(self, timeout_ms: Optional[int] = None):
+    self._closed = True
     writers = self._writers()
     self._writer = None
     self._episode_writers = [None] * self._k
@@ -252,6 +264,27 @@ class _Windows:
     finally:
       for writer in writers:
         writer.close()
+
+
+# How long one wait for the server's confirmations may block before it
+# returns to Python to wait again. A node's stop request is a signal
+# handler, which Python runs only between bytecodes of the main thread:
+# a flush without a bound never returned while its writer reconnected to a
+# replay that had stopped for good (the replay restarted, then the program
+# stopped), and the actor held its process until it was SIGKILLed.
+_FLUSH_POLL_MS = 500
+
+
+def _flush(writer: reverb.TrajectoryWriter, block_until_num_items: int):
+  """`writer.flush(block_until_num_items)`, waiting in bounded slices: the
+  same wait, but a stop request's handler runs between them (it closes the
+  writer, and the next slice raises)."""
+  while True:
+    try:
+      writer.flush(block_until_num_items, timeout_ms=_FLUSH_POLL_MS)
+      return
+    except reverb.errors.DeadlineExceededError:
+      continue
 
 
 # Windows per chunk of an episode writer: a few keeps the list of chunks a
