@@ -51,6 +51,11 @@ flags.DEFINE_integer('repeats', 2, 'Runs of each system (alternating).')
 flags.DEFINE_float('seconds', 150., 'Wall time of each run from its launch.')
 flags.DEFINE_float('warmup_s', 30., 'Start of the env steps/s window.')
 flags.DEFINE_float('target', 475., 'Average return to time.')
+flags.DEFINE_integer('stop_after_reports', 0,
+                     'End a run once it has reported its env steps at this '
+                     'many times from --warmup_s on (0: every run lasts '
+                     '--seconds). For smoke runs: the rate needs 2.',
+                     lower_bound=0)
 flags.DEFINE_string('sf_python', os.path.join(_ROOT, '.venv-sf', 'bin',
                                               'python'),
                     "Python of Sample Factory's venv.")
@@ -180,6 +185,10 @@ def _run(cmd, poll, stop_group: bool = False) -> dict:
         for t_line, line in batch:
           poll(line, t_line, frames, returns)
         poll(None, t, frames, returns)
+        if FLAGS.stop_after_reports and len(
+            {t for t, _ in frames if t >= FLAGS.warmup_s}) >= (
+                FLAGS.stop_after_reports):
+          break
       early = proc.poll()
       code = (_stop(proc, stop_group) if early is None
               else f'ended early ({early})')
@@ -263,7 +272,8 @@ def main(argv):
         f'on {provenance.cpu()}; '
         f'CartPole-v1; '
         f'{FLAGS.repeats} run(s) of each, alternating, {FLAGS.seconds:g} s '
-        f'each; env steps/s from {FLAGS.warmup_s:g} s to the last report; '
+        f'each' + (f' or {FLAGS.stop_after_reports} reports'
+                   if FLAGS.stop_after_reports else '') + '; env steps/s from {FLAGS.warmup_s:g} s to the last report; '
         f'target average return {FLAGS.target:g}; {os.cpu_count()} CPU(s).')
   for variant in FLAGS.sf_variants:
     print(f'Sample Factory 2.1.1 ({variant}): ' + ' '.join(

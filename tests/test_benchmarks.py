@@ -35,12 +35,14 @@ SMALL = {
     'benchmarks/cartpole_program.py': dict(max_actor_steps=3000),
     'benchmarks/cartpole_single_process.py': dict(max_steps=2000,
                                                   max_seconds=60),
-    # Long enough for each system to report env steps twice (Sample
-    # Factory took 22 s to start beside the other test worker's programs);
-    # one of its variants; the other worker's programs may be running.
+    # Each run ends once it has reported its env steps twice (a rate),
+    # within 45 s (Sample Factory took 22 s to start beside the other test
+    # worker's programs); one of its variants; the other worker's programs
+    # may be running.
     'benchmarks/vs_sample_factory.py': dict(
-        repeats=1, seconds=45, warmup_s=2, sf_variants='vtrace',
-        json_out=f'{_T}/sf.json', require_idle='false'),
+        repeats=1, seconds=45, warmup_s=2, stop_after_reports=2,
+        sf_variants='vtrace', json_out=f'{_T}/sf.json',
+        require_idle='false'),
     # Enough steps for the 4 learner log rows (1 s apart) a setting's row
     # needs: 8k steps of 1 x 32 CartPole gave 3 in CI; an Atari learner's
     # first step compiles for 20-30 s.
