@@ -1,11 +1,12 @@
 """An actor's writing loop whose replay goes away, in its own process.
 
-  python tests/adder_stop_worker.py SERVER_PORT
+  python tests/adder_stop_worker.py SERVER_PORT [trajectory|acme_sequence]
 
 tests/test_adders.py starts a Reverb server on SERVER_PORT in another
 process and SIGKILLs it once this process says `writing`. This process
-writes windows with a BatchedTrajectoryAdder on its main thread, as an
-actor node does, and closes the adder from a SIGTERM handler, as the
+writes windows on its main thread, as an actor node does, with the adder
+of `config.adder` (default 'trajectory': a BatchedTrajectoryAdder;
+'acme_sequence': Acme's SequenceAdder per environment), and closes the adder from a SIGTERM handler, as the
 node's stop handler does. A watcher thread sends the SIGTERM once the loop
 has been blocked for a second (its writes wait for the server). Prints
 `ended after the stop` and exits 0 when the loop ends; exits 3 if it is
@@ -33,10 +34,18 @@ from acme_impala.agent import adders  # pylint: disable=g-import-not-at-top
 K, LENGTH, OBS_DIM = 4, 6, 3
 
 
-def main(port: int) -> int:
+def main(port: int, kind: str) -> int:
   client = reverb.Client(f'localhost:{port}')
-  adder = adders.BatchedTrajectoryAdder(client, K, LENGTH, LENGTH - 1,
-                                        {'q': None})
+  if kind == 'trajectory':
+    adder = adders.BatchedTrajectoryAdder(client, K, LENGTH, LENGTH - 1,
+                                          {'q': None})
+  elif kind == 'acme_sequence':
+    adder = adders.PerStreamAdders([
+        adders.acme_sequence_adder(client, LENGTH, LENGTH - 1, {'q': None})
+        for _ in range(K)])
+  else:
+    raise ValueError(f'adder kind {kind!r}: expected trajectory or '
+                     'acme_sequence.')
   stop = threading.Event()
   last_add = [time.monotonic()]
 
@@ -82,4 +91,5 @@ def main(port: int) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main(int(sys.argv[1])))
+  sys.exit(main(int(sys.argv[1]),
+                sys.argv[2] if len(sys.argv) > 2 else 'trajectory'))

@@ -265,13 +265,14 @@ time.sleep(600)
 """
 
 
-def test_a_stop_request_ends_writes_waiting_on_a_lost_replay():
+@pytest.mark.parametrize('kind', ['trajectory', 'acme_sequence'])
+def test_a_stop_request_ends_writes_waiting_on_a_lost_replay(kind):
   """An actor whose replay has gone waits in the adder's flush; its stop
   request (a SIGTERM handler that closes the adder, as the actor node's)
   must still run and end the loop. tests/adder_stop_worker.py is the actor's
   loop; the replay is a Reverb server in its own process, SIGKILLed while
-  the loop writes. With an unbounded flush the main thread never came back
-  from Reverb and the worker exited 3."""
+  the loop writes. With an unbounded flush (either adder) the main thread
+  never came back from Reverb and the worker exited 3."""
   port = portpicker.pick_unused_port()
   server = subprocess.Popen([sys.executable, '-c', _SERVER, str(port)],
                             stdout=subprocess.PIPE, text=True)
@@ -280,7 +281,8 @@ def test_a_stop_request_ends_writes_waiting_on_a_lost_replay():
     assert server.stdout.readline().strip() == 'up'
     worker = subprocess.Popen(
         [sys.executable, os.path.join(os.path.dirname(__file__),
-                                      'adder_stop_worker.py'), str(port)],
+                                      'adder_stop_worker.py'), str(port),
+         kind],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in worker.stdout:
@@ -300,13 +302,22 @@ def test_a_stop_request_ends_writes_waiting_on_a_lost_replay():
         proc.wait()
 
 
-def test_a_closed_adder_opens_no_new_writer():
+@pytest.mark.parametrize('kind', ['trajectory', 'acme_sequence'])
+def test_a_closed_adder_opens_no_new_writer(kind):
   """After close (a node's stop handler), a loop that writes on gets an
-  error, not a new writer to a server that may be gone."""
+  error, not a new writer to a server that may be gone (Acme's adder opens
+  one whenever it has none)."""
   server = reverb.Server([reverb.Table.queue('q', 1000)], port=None)
   try:
     client = reverb.Client(f'localhost:{server.port}')
-    ours = adders.BatchedTrajectoryAdder(client, 2, 3, 2, {'q': None})
+    if kind == 'trajectory':
+      ours = adders.BatchedTrajectoryAdder(client, 2, 3, 2, {'q': None})
+      writers = lambda: [ours._windows._writer]  # pylint: disable=protected-access,unnecessary-lambda-assignment
+    else:
+      ours = adders.PerStreamAdders([
+          adders.acme_sequence_adder(client, 3, 2, {'q': None})
+          for _ in range(2)])
+      writers = lambda: [compat.acme_adder_writer(a) for a in ours.adders]  # pylint: disable=unnecessary-lambda-assignment
     mid = np.full(2, int(dm_env.StepType.MID), np.int32)
     step = lambda: ours.add(np.zeros(2, np.int32), dm_env.TimeStep(  # pylint: disable=unnecessary-lambda-assignment
         mid, np.ones(2, np.float32), np.ones(2, np.float32),
@@ -321,7 +332,7 @@ def test_a_closed_adder_opens_no_new_writer():
     with pytest.raises(RuntimeError, match='closed'):
       for _ in range(3):
         step()
-    assert ours._windows._writer is None  # pylint: disable=protected-access
+    assert writers() == [None] * len(writers())
   finally:
     server.stop()
 

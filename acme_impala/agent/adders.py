@@ -38,6 +38,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from acme import adders
 from acme import types
+from acme.adders import reverb as acme_reverb
 from acme.adders.reverb import base as reverb_base
 import dm_env
 import numpy as np
@@ -577,6 +578,70 @@ class PerStreamAdders:
       close_adder(adder)
 
 
+class _SlicedFlushWriter:
+  """A Reverb TrajectoryWriter whose waits without a timeout (a flush, an
+  episode's end) are made in bounded slices (`_flush`); everything else is
+  the writer's."""
+
+  def __init__(self, writer: reverb.TrajectoryWriter):
+    self._writer = writer
+
+  def flush(self, block_until_num_items: int = 0,
+            timeout_ms: Optional[int] = None):
+    if timeout_ms is None:
+      _flush(self._writer, block_until_num_items)
+    else:
+      self._writer.flush(block_until_num_items, timeout_ms=timeout_ms)
+
+  def end_episode(self, clear_buffers: bool = True,
+                  timeout_ms: Optional[int] = None):
+    if timeout_ms is None:
+      # Its wait is a flush of the pending items; then nothing is left to
+      # wait for.
+      _flush(self._writer, 0)
+    self._writer.end_episode(clear_buffers, timeout_ms=timeout_ms)
+
+  def __getattr__(self, name: str):
+    return getattr(self._writer, name)
+
+
+class ClosableClient:
+  """The Reverb client an Acme adder writes through, with our adders' stop
+  behaviour: the writers it opens flush in bounded slices, and once closed
+  it opens none (Acme's adder reopens a writer whenever it has none).
+
+  Acme 0.4.0's SequenceAdder flushes with no bound and opens its writers
+  through `client.trajectory_writer`, its only use of the client.
+  """
+
+  def __init__(self, client: reverb.Client):
+    self._client = client
+    self._closed = False
+
+  def trajectory_writer(self, *args, **kwargs) -> _SlicedFlushWriter:
+    if self._closed:
+      raise RuntimeError('the adder is closed: no writer is opened after '
+                         'close().')
+    return _SlicedFlushWriter(self._client.trajectory_writer(*args, **kwargs))
+
+  def close(self) -> None:
+    self._closed = True
+
+  def __getattr__(self, name: str):
+    return getattr(self._client, name)
+
+
+def acme_sequence_adder(client: reverb.Client, sequence_length: int,
+                        period: int, priority_fns: Mapping[str, Any]
+                        ) -> acme_reverb.SequenceAdder:
+  """Acme's own SequenceAdder writing the items of `TrajectoryAdder`
+  (`config.adder='acme_sequence'`), through a `ClosableClient`."""
+  return acme_reverb.SequenceAdder(
+      client=ClosableClient(client), sequence_length=sequence_length,
+      period=period, priority_fns=priority_fns,
+      end_of_episode_behavior=acme_reverb.EndBehavior.CONTINUE)
+
+
 def close_adder(adder) -> None:
   """Closes an adder's Reverb writer without waiting for the server.
 
@@ -587,5 +652,8 @@ def close_adder(adder) -> None:
   """
   if isinstance(adder, (_WindowsWriter, PerStreamAdders)):
     adder.close()
-  else:
-    compat.close_acme_adder(adder)
+    return
+  client = getattr(adder, '_client', None)
+  if isinstance(client, ClosableClient):
+    client.close()  # Before the writer goes: Acme would open another.
+  compat.close_acme_adder(adder)

@@ -319,10 +319,9 @@ class IMPALABuilder:
           period=cfg.unroll_length, priority_fns=priority_fns,
           episode_tables=self._episode_tables,
           max_episode_windows=cfg.max_episode_trajectories)
-    return acme_reverb.SequenceAdder(
-        client=client, sequence_length=cfg.sequence_length,
-        period=cfg.unroll_length, priority_fns=priority_fns,
-        end_of_episode_behavior=acme_reverb.EndBehavior.CONTINUE)
+    return adders_lib.acme_sequence_adder(
+        client, sequence_length=cfg.sequence_length,
+        period=cfg.unroll_length, priority_fns=priority_fns)
 
   @property
   def tasks(self) -> Tuple[str, ...]:
