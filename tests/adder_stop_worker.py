@@ -1,6 +1,7 @@
 """An actor's writing loop whose replay goes away, in its own process.
 
   python tests/adder_stop_worker.py SERVER_PORT [trajectory|acme_sequence]
+      [lost|absent]
 
 tests/test_adders.py starts a Reverb server on SERVER_PORT in another
 process and SIGKILLs it once this process says `writing`. This process
@@ -8,7 +9,10 @@ writes windows on its main thread, as an actor node does, with the adder
 of `config.adder` (default 'trajectory': a BatchedTrajectoryAdder;
 'acme_sequence': Acme's SequenceAdder per environment), and closes the adder from a SIGTERM handler, as the
 node's stop handler does. A watcher thread sends the SIGTERM once the loop
-has been blocked for a second (its writes wait for the server). Prints
+has been blocked for a second (its writes wait for the server). With
+`absent` (default `lost`) no server ever runs on SERVER_PORT: the adder's
+first writer waits for the tables' signatures, and the watcher runs from
+the start. Prints
 `ended after the stop` and exits 0 when the loop ends; exits 3 if it is
 still blocked 20 s after the SIGTERM (the handler never ran: the main
 thread never came back from Reverb), 4 if it never blocked.
@@ -34,7 +38,7 @@ from acme_impala.agent import adders  # pylint: disable=g-import-not-at-top
 K, LENGTH, OBS_DIM = 4, 6, 3
 
 
-def main(port: int, kind: str) -> int:
+def main(port: int, kind: str, replay: str) -> int:
   client = reverb.Client(f'localhost:{port}')
   if kind == 'trajectory':
     adder = adders.BatchedTrajectoryAdder(client, K, LENGTH, LENGTH - 1,
@@ -69,11 +73,14 @@ def main(port: int, kind: str) -> int:
 
   rng = np.random.default_rng(0)
   observation = lambda: rng.normal(size=(K, OBS_DIM)).astype(np.float32)  # pylint: disable=unnecessary-lambda-assignment
-  for i in range(K):
-    adder.add_first(i, dm_env.restart(observation()[i]))
-  mid = np.full(K, int(dm_env.StepType.MID), np.int32)
   watcher = None
+  if replay == 'absent':
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+  mid = np.full(K, int(dm_env.StepType.MID), np.int32)
   try:
+    for i in range(K):  # Acme's adder opens its writer here.
+      adder.add_first(i, dm_env.restart(observation()[i]))
     while not stop.is_set():
       adder.add(np.zeros(K, np.int32),
                 dm_env.TimeStep(mid, np.ones(K, np.float32),
@@ -92,4 +99,5 @@ def main(port: int, kind: str) -> int:
 
 if __name__ == '__main__':
   sys.exit(main(int(sys.argv[1]),
-                sys.argv[2] if len(sys.argv) > 2 else 'trajectory'))
+                sys.argv[2] if len(sys.argv) > 2 else 'trajectory',
+                sys.argv[3] if len(sys.argv) > 3 else 'lost'))

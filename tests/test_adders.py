@@ -303,6 +303,23 @@ def test_a_stop_request_ends_writes_waiting_on_a_lost_replay(kind):
 
 
 @pytest.mark.parametrize('kind', ['trajectory', 'acme_sequence'])
+def test_a_stop_request_ends_a_first_write_to_an_absent_replay(kind):
+  """A writer's creation fetches the tables' signatures from the server
+  (Reverb's C++, up to the adder's 300 s while the server is away): an actor
+  stopped just as its replay stopped, before its first write, waited there
+  until its pod's deadline. Its stop request must end it."""
+  proc = subprocess.run(
+      [sys.executable, os.path.join(os.path.dirname(__file__),
+                                    'adder_stop_worker.py'),
+       str(portpicker.pick_unused_port()), kind, 'absent'],
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      timeout=90)
+  assert proc.returncode == 0, (proc.returncode, proc.stdout[-3000:])
+  assert proc.stdout.splitlines()[-1] == 'ended after the stop', (
+      proc.stdout[-3000:])
+
+
+@pytest.mark.parametrize('kind', ['trajectory', 'acme_sequence'])
 def test_a_closed_adder_opens_no_new_writer(kind):
   """After close (a node's stop handler), a loop that writes on gets an
   error, not a new writer to a server that may be gone (Acme's adder opens

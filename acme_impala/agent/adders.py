@@ -34,6 +34,7 @@ cost of adding is gone; its items are those of K separate TrajectoryAdders
 (hence of K Acme SequenceAdders).
 """
 
+import time
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from acme import adders
@@ -218,23 +219,23 @@ class _Windows:
     copy of each window in flight; the queue's copy is removed once learned
     from, so the replay still holds each window once."""
     if self._episode_writers[stream] is None:
-      self._check_open()
       keep = self._max_episode_windows + 1
-      self._episode_writers[stream] = compat.constant_chunk_trajectory_writer(
-          self._client, chunk_length=min(keep, _EPISODE_CHUNK_WINDOWS),
-          num_keep_alive_refs=keep,
-          get_signature_timeout_ms=self._get_signature_timeout_ms)
+      self._episode_writers[stream] = _open_writer(
+          lambda ms: compat.constant_chunk_trajectory_writer(
+              self._client, chunk_length=min(keep, _EPISODE_CHUNK_WINDOWS),
+              num_keep_alive_refs=keep, get_signature_timeout_ms=ms),
+          self._get_signature_timeout_ms, self._check_open)
     return self._episode_writers[stream]
 
   @property
   def writer(self) -> reverb.TrajectoryWriter:
     if self._writer is None:
-      self._check_open()
       # One append per item: each chunk is one [L, ...] window and nothing
       # older needs to stay referenceable.
-      self._writer = self._client.trajectory_writer(
-          num_keep_alive_refs=1,
-          get_signature_timeout_ms=self._get_signature_timeout_ms)
+      self._writer = _open_writer(
+          lambda ms: self._client.trajectory_writer(
+              num_keep_alive_refs=1, get_signature_timeout_ms=ms),
+          self._get_signature_timeout_ms, self._check_open)
     return self._writer
 
   def _check_open(self):
@@ -286,6 +287,32 @@ def _flush(writer: reverb.TrajectoryWriter, block_until_num_items: int):
       return
     except reverb.errors.DeadlineExceededError:
       continue
+
+
+def _open_writer(make: Callable[[int], Any], timeout_ms: Optional[int],
+                 check_open: Callable[[], None]):
+  """`make(get_signature_timeout_ms)`: a new Reverb writer, whose creation
+  fetches the tables' signatures from the server, in C++. While the server
+  is away that fetch waits up to its timeout (Acme's and ours: 300 s), where
+  no stop handler can run: an actor whose replay stopped just before its
+  first write held its pod until the deadline. Made here in slices of
+  `_FLUSH_POLL_MS` up to `timeout_ms` in all (None: no bound), with
+  `check_open()` (a stop handler closes the adder) before each."""
+  deadline = (None if timeout_ms is None
+              else time.monotonic() + timeout_ms / 1000)
+  while True:
+    check_open()
+    slice_ms = _FLUSH_POLL_MS
+    if deadline is not None:
+      slice_ms = max(1, min(slice_ms,
+                            int((deadline - time.monotonic()) * 1000)))
+    try:
+      return make(slice_ms)
+    except RuntimeError as error:
+      # Reverb 0.7 raises a bare RuntimeError('Deadline Exceeded') here.
+      if ('deadline exceeded' not in str(error).lower() or
+          (deadline is not None and time.monotonic() >= deadline)):
+        raise
 
 
 # Windows per chunk of an episode writer: a few keeps the list of chunks a
@@ -607,8 +634,8 @@ class _SlicedFlushWriter:
 
 class ClosableClient:
   """The Reverb client an Acme adder writes through, with our adders' stop
-  behaviour: the writers it opens flush in bounded slices, and once closed
-  it opens none (Acme's adder reopens a writer whenever it has none).
+  behaviour: it opens writers and they flush in bounded slices, and once
+  closed it opens none (Acme's adder reopens a writer whenever it has none).
 
   Acme 0.4.0's SequenceAdder flushes with no bound and opens its writers
   through `client.trajectory_writer`, its only use of the client.
@@ -618,11 +645,18 @@ class ClosableClient:
     self._client = client
     self._closed = False
 
-  def trajectory_writer(self, *args, **kwargs) -> _SlicedFlushWriter:
+  def trajectory_writer(self, num_keep_alive_refs: int, *,
+                        get_signature_timeout_ms: Optional[int] = 3000
+                        ) -> _SlicedFlushWriter:
+    return _SlicedFlushWriter(_open_writer(
+        lambda ms: self._client.trajectory_writer(
+            num_keep_alive_refs, get_signature_timeout_ms=ms),
+        get_signature_timeout_ms, self._check_open))
+
+  def _check_open(self):
     if self._closed:
       raise RuntimeError('the adder is closed: no writer is opened after '
                          'close().')
-    return _SlicedFlushWriter(self._client.trajectory_writer(*args, **kwargs))
 
   def close(self) -> None:
     self._closed = True
