@@ -621,6 +621,7 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
     assert all(code == 0 for code in statuses.values()), (
         statuses, {t: pods.log(t)[-3000:] for t, c in statuses.items()
                    if c != 0})
+  _assert_every_pod_stopped_in_time(pods, statuses)
   assert 'SIGTERM without a program stop' in pods.log('actor/1')
   assert 'actor/1: starting (restart 1)' in pods.log('actor/1')
   assert _csv_rows(actor_csv) > rows_before  # The replacement acted.
@@ -680,6 +681,17 @@ def test_a_failing_node_fails_its_pod_and_stops_the_others(tmp_path):
   assert all(code == 0 for code in statuses.values()), statuses
   with open(logs / 'term-actor-0-0') as f:
     assert "node 'actor_0' failed: InjectedFailure" in f.read()
+  _assert_every_pod_stopped_in_time(pods, statuses)
+
+
+def _assert_every_pod_stopped_in_time(pods, titles):
+  # On the program's stop every node ends itself: none is ended by its
+  # pod's deadline after the termination notice (an actor's Reverb writer,
+  # flushing or being opened, once waited there for a replay that had
+  # stopped before it).
+  late = [t for t in titles if 'did not stop within the termination notice'
+          in pods.log(t)]
+  assert not late, {t: pods.log(t)[-3000:] for t in late}
 
 
 def test_the_image_takes_its_pins_from_the_venvs_requirements():
