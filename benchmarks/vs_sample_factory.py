@@ -268,12 +268,14 @@ def main(argv):
     raise SystemExit(f'processes of an earlier run are still alive and would '
                      f'share the cores: {busy}')
   commit = provenance.git_commit()
+  length = f'{FLAGS.seconds:g} s each'
+  if FLAGS.stop_after_reports:
+    length += f' or {FLAGS.stop_after_reports} reports'
   print(f'vs_sample_factory.py at commit {commit} '
         f'on {provenance.cpu()}; '
         f'CartPole-v1; '
-        f'{FLAGS.repeats} run(s) of each, alternating, {FLAGS.seconds:g} s '
-        f'each' + (f' or {FLAGS.stop_after_reports} reports'
-                   if FLAGS.stop_after_reports else '') + '; env steps/s from {FLAGS.warmup_s:g} s to the last report; '
+        f'{FLAGS.repeats} run(s) of each, alternating, {length}; '
+        f'env steps/s from {FLAGS.warmup_s:g} s to the last report; '
         f'target average return {FLAGS.target:g}; {os.cpu_count()} CPU(s).')
   for variant in FLAGS.sf_variants:
     print(f'Sample Factory 2.1.1 ({variant}): ' + ' '.join(
