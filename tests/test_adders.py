@@ -257,6 +257,7 @@ def test_close_adder_after_server_stop_drops_writer():
   assert compat.acme_adder_writer(theirs) is None
 
 
+_STOP_WORKER = os.path.join(os.path.dirname(__file__), 'adder_stop_worker.py')
 _SERVER = """
 import sys, time, reverb
 server = reverb.Server([reverb.Table.queue('q', 10**6)], port=int(sys.argv[1]))
@@ -280,9 +281,7 @@ def test_a_stop_request_ends_writes_waiting_on_a_lost_replay(kind):
   try:
     assert server.stdout.readline().strip() == 'up'
     worker = subprocess.Popen(
-        [sys.executable, os.path.join(os.path.dirname(__file__),
-                                      'adder_stop_worker.py'), str(port),
-         kind],
+        [sys.executable, _STOP_WORKER, str(port), kind],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in worker.stdout:
@@ -309,9 +308,8 @@ def test_a_stop_request_ends_a_first_write_to_an_absent_replay(kind):
   stopped just as its replay stopped, before its first write, waited there
   until its pod's deadline. Its stop request must end it."""
   proc = subprocess.run(
-      [sys.executable, os.path.join(os.path.dirname(__file__),
-                                    'adder_stop_worker.py'),
-       str(portpicker.pick_unused_port()), kind, 'absent'],
+      [sys.executable, _STOP_WORKER, str(portpicker.pick_unused_port()),
+       kind, 'absent'],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
       timeout=90)
   assert proc.returncode == 0, (proc.returncode, proc.stdout[-3000:])

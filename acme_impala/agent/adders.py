@@ -224,7 +224,7 @@ class _Windows:
           lambda ms: compat.constant_chunk_trajectory_writer(
               self._client, chunk_length=min(keep, _EPISODE_CHUNK_WINDOWS),
               num_keep_alive_refs=keep, get_signature_timeout_ms=ms),
-          self._get_signature_timeout_ms, self._check_open)
+          self._get_signature_timeout_ms, lambda: self._closed)
     return self._episode_writers[stream]
 
   @property
@@ -235,16 +235,8 @@ class _Windows:
       self._writer = _open_writer(
           lambda ms: self._client.trajectory_writer(
               num_keep_alive_refs=1, get_signature_timeout_ms=ms),
-          self._get_signature_timeout_ms, self._check_open)
+          self._get_signature_timeout_ms, lambda: self._closed)
     return self._writer
-
-  def _check_open(self):
-    # A loop that goes on writing after its stop handler closed the adder
-    # would otherwise open a new writer to a server that may be gone (a
-    # writer opened at shutdown once crashed its process in Reverb).
-    if self._closed:
-      raise RuntimeError('the adder is closed: no writer is opened after '
-                         'close().')
 
   def _writers(self) -> List[reverb.TrajectoryWriter]:
     return [w for w in [self._writer] + self._episode_writers
@@ -290,18 +282,25 @@ def _flush(writer: reverb.TrajectoryWriter, block_until_num_items: int):
 
 
 def _open_writer(make: Callable[[int], Any], timeout_ms: Optional[int],
-                 check_open: Callable[[], None]):
+                 closed: Callable[[], bool]):
   """`make(get_signature_timeout_ms)`: a new Reverb writer, whose creation
   fetches the tables' signatures from the server, in C++. While the server
   is away that fetch waits up to its timeout (Acme's and ours: 300 s), where
   no stop handler can run: an actor whose replay stopped just before its
   first write held its pod until the deadline. Made here in slices of
-  `_FLUSH_POLL_MS` up to `timeout_ms` in all (None: no bound), with
-  `check_open()` (a stop handler closes the adder) before each."""
+  `_FLUSH_POLL_MS` up to `timeout_ms` in all (None: no bound).
+
+  Raises RuntimeError once `closed()` (a stop handler closed the adder): a
+  loop that goes on writing after its stop would otherwise open a new writer
+  to a server that may be gone (a writer opened at shutdown once crashed its
+  process in Reverb).
+  """
   deadline = (None if timeout_ms is None
               else time.monotonic() + timeout_ms / 1000)
   while True:
-    check_open()
+    if closed():
+      raise RuntimeError('the adder is closed: no writer is opened after '
+                         'close().')
     slice_ms = _FLUSH_POLL_MS
     if deadline is not None:
       slice_ms = max(1, min(slice_ms,
@@ -651,12 +650,7 @@ class ClosableClient:
     return _SlicedFlushWriter(_open_writer(
         lambda ms: self._client.trajectory_writer(
             num_keep_alive_refs, get_signature_timeout_ms=ms),
-        get_signature_timeout_ms, self._check_open))
-
-  def _check_open(self):
-    if self._closed:
-      raise RuntimeError('the adder is closed: no writer is opened after '
-                         'close().')
+        get_signature_timeout_ms, lambda: self._closed))
 
   def close(self) -> None:
     self._closed = True
