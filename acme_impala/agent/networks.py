@@ -128,11 +128,15 @@ def cpu_has_bfloat16_units(cpuinfo: Optional[str] = None) -> bool:
 # their gradients, eagerly and in a graph, where oneDNN fuses them) on a
 # 6 x 6 image, compared with float32. Run in a new interpreter: a broken
 # kernel cannot take this process down, and a launcher that forks its nodes
-# must run no TensorFlow op before the fork (launch/supervisor.py).
+# must run no TensorFlow op before the fork (launch/supervisor.py). The dtype
+# probed is its argument: probed in float32 it must pass on every CPU (the
+# test of the probe itself).
 _PROBE = r"""
 import json, sys
 import numpy as np
 import tensorflow as tf
+
+DTYPE = tf.as_dtype(sys.argv[1])
 
 def layers(x, w, b, v):
   h = tf.nn.convolution(x, w, strides=2, padding='VALID')
@@ -147,7 +151,8 @@ def run(dtype, graph):
     with tf.GradientTape() as tape:
       tape.watch(args)
       out = layers(*args)
-    return [out] + tape.gradient(tf.reduce_sum(out), list(args))
+      total = tf.reduce_sum(out)  # Recorded: a sum taken after is not.
+    return [out] + tape.gradient(total, list(args))
   outs = (tf.function(f) if graph else f)(*args)
   return [tf.cast(o, tf.float32).numpy() for o in outs]
 
@@ -155,25 +160,26 @@ names = ['output', 'input gradient', 'filter gradient', 'bias gradient',
          'weight gradient']
 
 def check():
-  x, w = (tf.ones(shape, tf.bfloat16) for shape in ([2, 6, 6, 3], [2, 2, 3, 4]))
+  x, w = (tf.ones(shape, DTYPE) for shape in ([2, 6, 6, 3], [2, 2, 3, 4]))
   h = tf.nn.convolution(x, w, strides=2, padding='VALID')
-  if h.dtype != tf.bfloat16 or h.shape != (2, 3, 3, 4):
-    return (f'a bfloat16 convolution gives a {h.dtype.name} tensor of shape '
-            f'{h.shape.as_list()}, expected bfloat16 of shape [2, 3, 3, 4]')
+  if h.dtype != DTYPE or h.shape != (2, 3, 3, 4):
+    return (f'a {DTYPE.name} convolution gives a {h.dtype.name} tensor of '
+            f'shape {h.shape.as_list()}, expected {DTYPE.name} of shape '
+            '[2, 3, 3, 4]')
   for graph in (False, True):
     where = 'in a graph' if graph else 'eagerly'
     try:
-      got = run(tf.bfloat16, graph)
+      got = run(DTYPE, graph)
     except Exception as error:
-      return (f'bfloat16 torso operations fail {where}: '
+      return (f'{DTYPE.name} torso operations fail {where}: '
               f'{type(error).__name__}: {str(error).splitlines()[0]}')
     want = run(tf.float32, graph)
     for name, g, w in zip(names, got, want):
       if g.shape != w.shape:
-        return (f'bfloat16 torso operations {where} give {name} of shape '
+        return (f'{DTYPE.name} torso operations {where} give {name} of shape '
                 f'{list(g.shape)}, expected {list(w.shape)}')
       if not np.allclose(g, w, rtol=0.03, atol=0.03 * np.abs(w).max()):
-        return (f'bfloat16 torso operations {where} give {name} off by '
+        return (f'{DTYPE.name} torso operations {where} give {name} off by '
                 f'{np.abs(g - w).max():.3g} (float32 values up to '
                 f'{np.abs(w).max():.3g})')
   return None
@@ -181,7 +187,7 @@ def check():
 try:
   problem = check()
 except Exception as error:
-  problem = (f'a bfloat16 convolution fails: {type(error).__name__}: '
+  problem = (f'a {DTYPE.name} convolution fails: {type(error).__name__}: '
              f'{str(error).splitlines()[0]}')
 print(json.dumps({'problem': problem}))
 """
@@ -222,12 +228,14 @@ def bfloat16_probe() -> Optional[str]:
   return _probe_results[onednn]
 
 
-def run_bfloat16_probe(timeout_s: float = 120.) -> Tuple[Optional[str], bool]:
+def run_bfloat16_probe(timeout_s: float = 120., dtype: str = 'bfloat16'
+                       ) -> Tuple[Optional[str], bool]:
   """The probe itself, in a new interpreter: (what went wrong or None,
-  whether the answer is conclusive: False when the probe timed out)."""
+  whether the answer is conclusive: False when the probe timed out).
+  `dtype` other than bfloat16 checks the probe: 'float32' passes anywhere."""
   try:
     done = subprocess.run(
-        [sys.executable, '-c', _PROBE], stdin=subprocess.DEVNULL,
+        [sys.executable, '-c', _PROBE, dtype], stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=timeout_s,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
   except subprocess.TimeoutExpired:
