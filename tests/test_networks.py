@@ -323,8 +323,9 @@ def test_bfloat16_is_refused_where_tensorflow_gets_it_wrong(
 def test_bfloat16_probe_finds_a_tensorflow_without_the_kernels(monkeypatch):
   """The real probe, in a new interpreter, on TensorFlow loaded without
   oneDNN (which has no working bfloat16 convolution on any CPU): it reports
-  what went wrong rather than passing, and passes float32. Where bfloat16 runs, the same probe
-  with oneDNN on passes (the bfloat16 tests below then run)."""
+  what went wrong rather than passing, and passes float32. Where bfloat16
+  runs, the same probe with oneDNN on passes (the bfloat16 tests below then
+  run)."""
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '0')
   problem, conclusive = networks.run_bfloat16_probe()
   assert conclusive and problem and 'bfloat16' in problem, problem
