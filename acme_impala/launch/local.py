@@ -7,6 +7,7 @@ every node and turns the run's status directory into an exit status;
 The programs call `quiet.silence()` before anything imports TensorFlow.
 """
 
+import logging
 import os
 import sys
 
@@ -147,6 +148,16 @@ def run_program(name: str, main) -> None:
     except ValueError as error:
       print(f'{name}: error: {error}', file=sys.stderr)
       sys.exit(2)
-    sys.exit(main(argv, overrides))
+    status = main(argv, overrides)
+    if flags.FLAGS.lp_launch_type == 'local_mp':
+      # Every node has stopped (the supervisor returned) and this process
+      # holds nothing left to flush but its streams. Python's finalisation
+      # of TensorFlow, gRPC and Reverb would cost 1.2 s of CPU after the
+      # last line (on a 2.6 GHz AMD EPYC), for every run.
+      logging.shutdown()
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(status)
+    sys.exit(status)
 
   app.run(_main, argv=argv, flags_parser=program_flags.flags_parser(name))
