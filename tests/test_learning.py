@@ -52,13 +52,14 @@ def _filled_server(config, num_steps, seed=0, in_order=False):
   env = registry.make_environment(config.env_id, seed=seed)
   spec = specs.make_environment_spec(env)
   net = _network(config, spec)
-  # Uniform sampling without removal: every test reads from the same items
-  # (a queue would be drained by the tests' reads and block the later ones).
   builder = builder_lib.IMPALABuilder(config, spec)
-  if in_order:
+  if in_order:  # Drained by its reads: for one test's items.
     table = reverb.Table.queue(types.QUEUE_TABLE, max_size=10_000,
                                signature=builder.trajectory_signature(net))
   else:
+    # Uniform sampling without removal: every test of a module fixture reads
+    # from the same items (a queue would be drained by the tests' reads and
+    # block the later ones).
     table = reverb.Table(
         types.QUEUE_TABLE, sampler=reverb.selectors.Uniform(),
         remover=reverb.selectors.Fifo(), max_size=10_000,

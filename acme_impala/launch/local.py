@@ -157,7 +157,7 @@ def run_program(name: str, main) -> None:
       logging.shutdown()
       sys.stdout.flush()
       sys.stderr.flush()
-      os._exit(status)
+      os._exit(status or 0)  # sys.exit's None is 0 too.
     sys.exit(status)
 
   app.run(_main, argv=argv, flags_parser=program_flags.flags_parser(name))
