@@ -311,6 +311,13 @@ def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
     both = {s: d for s, d in seen.items() if len(d) == 2}
     assert all(len(set(d.values())) == 1 for d in both.values()), both
     return sorted(both)
+
+  def replica_0_starts():
+    """The learner step replica 0 started at, each time it started."""
+    return re.findall(
+        r'\[learner/0\][^\n]*learner: starting at learner step (\d+)',
+        run.output())
+
   try:
     # Digests come every REPLICA_CHECK_STEPS (50) learner steps; every
     # common one is checked for agreement, here and at each later call.
@@ -321,9 +328,8 @@ def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
     pid = run.kill('learner/1')
     run.wait(lambda: run.restarted('learner/1', pid), 'learner/1 to restart',
              60)
-    restart = run.wait(lambda: re.findall(
-        r'\[learner/0\][^\n]*learner: starting at learner step (\d+)',
-        run.output())[1:], 'replica 0 to restart with the group', 120)
+    restart = run.wait(lambda: replica_0_starts()[1:],
+                       'replica 0 to restart with the group', 120)
     assert 1 <= int(restart[0]) <= step_before + 60
     after = max(agreeing_steps())
     # The next common digest: logged by the re-formed group, past both the
@@ -338,9 +344,8 @@ def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
     os.kill(pid, signal.SIGTERM)
     run.wait(lambda: run.restarted('learner/0', pid), 'learner/0 to restart',
              120)
-    run.wait(lambda: re.findall(
-        r'\[learner/0\][^\n]*learner: starting at learner step (\d+)',
-        run.output())[2:], 'replica 0 to restart again', 120)
+    run.wait(lambda: replica_0_starts()[2:], 'replica 0 to restart again',
+             120)
     os.killpg(run.proc.pid, signal.SIGTERM)
     rc = run.finish()
     out = run.output()
