@@ -8,9 +8,12 @@ servers; the items are read back in FIFO order and compared array by array.
 import os
 import subprocess
 import sys
+import threading
+import time
 
 from acme import specs
 from acme.adders import reverb as acme_adders
+from acme.adders.reverb import base as reverb_base
 import dm_env
 import numpy as np
 import portpicker
@@ -449,3 +452,81 @@ def _observation_column(signature):
   """Index of the observation in an item's flattened columns."""
   paths = [path for path, _ in tree.flatten_with_path(signature)]
   return paths.index(('observation',))
+
+
+def test_a_full_queue_keeps_pending_items_under_reverbs_warning(capfd):
+  """K = 40 streams at 2 items each may not leave 80 items pending on one
+  writer: while the queue is full, Reverb logged its "did you forget to call
+  Flush?" warning every 10th item from 50 pending. The control, a Reverb
+  writer flushed down to 2K items as before, logs it in the same set-up, so
+  the captured stderr is where the warning would appear."""
+  k, length, drain_every_s = 40, 2, 0.002
+  signature = acme_adders.SequenceAdder.signature(
+      _env_spec(), _extras_spec(), sequence_length=length)
+  server = reverb.Server([reverb.Table.queue('queue', 8, signature=signature)],
+                         port=None)
+  client = reverb.Client(f'localhost:{server.port}')
+  stop = threading.Event()
+
+  def drain():
+    # Slowly, so that the queue stays full and inserts wait on it.
+    while not stop.is_set():
+      try:
+        next(iter(client.sample('queue', num_samples=1,
+                                emit_timesteps=False)))
+      except Exception:  # pylint: disable=broad-except
+        return  # The server stopped.
+      time.sleep(drain_every_s)
+
+  def fill(write_window):
+    rng = np.random.default_rng(0)
+    for _ in range(15):
+      write_window(rng)
+
+  def batched(rng):
+    adder.add(rng.integers(NUM_ACTIONS, size=k).astype(np.int32),
+              adapter.stack_timesteps([dm_env.transition(
+                  np.float32(0.), rng.normal(size=OBS_DIM).astype(np.float32),
+                  np.float32(1.)) for _ in range(k)]),
+              {'logits': np.zeros((k, NUM_ACTIONS), np.float32),
+               'core_state': (np.zeros((k, STATE), np.float32),
+                              np.zeros((k, STATE), np.float32))})
+
+  step = {'observation': np.zeros([length, OBS_DIM], np.float32),
+          'start_of_episode': np.zeros([length], bool),
+          'action': np.zeros([length], np.int32),
+          'reward': np.zeros([length], np.float32),
+          'discount': np.ones([length], np.float32),
+          'extras': {'logits': np.zeros([length, NUM_ACTIONS], np.float32),
+                     'core_state': (np.zeros([length, STATE], np.float32),
+                                    np.zeros([length, STATE], np.float32))}}
+
+  def uncapped(unused_rng):
+    for _ in range(k):
+      control.append(step)
+      control.create_item('queue', 1., reverb_base.Trajectory(
+          **tree.map_structure(lambda c: c[-1], control.history)))
+      control.flush(2 * k)
+
+  drainer = threading.Thread(target=drain, daemon=True)
+  drainer.start()
+  try:
+    adder = adders.BatchedTrajectoryAdder(client, k, length, 1,
+                                          {'queue': None})
+    for i in range(k):
+      adder.add_first(i, dm_env.restart(np.zeros(OBS_DIM, np.float32)))
+    fill(batched)
+    adder.close(timeout_ms=60_000)
+    ours = capfd.readouterr().err
+    control = client.trajectory_writer(num_keep_alive_refs=1)
+    fill(uncapped)
+    control.flush(0, timeout_ms=60_000)
+    control.close()
+    theirs = capfd.readouterr().err
+  finally:
+    stop.set()
+    server.stop()
+    drainer.join(timeout=10)
+  warning = 'did you forget to call Flush'
+  assert warning in theirs, theirs[-2000:]
+  assert warning not in ours, ours[-2000:]

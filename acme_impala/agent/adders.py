@@ -82,8 +82,10 @@ class _Windows:
     self._length = sequence_length
     self._period = period
     self._priority_fns = dict(priority_fns)
-    # Per stream, as Acme's adders (one writer serves all K streams here).
-    self._max_in_flight_items = max_in_flight_items * num_streams
+    # Per stream, as Acme's adders (one writer serves all K streams here),
+    # but below the count at which Reverb warns (see _MAX_PENDING_ITEMS).
+    self._max_in_flight_items = min(max_in_flight_items * num_streams,
+                                    _MAX_PENDING_ITEMS)
     self._get_signature_timeout_ms = get_signature_timeout_ms
     self._writer: Optional[reverb.TrajectoryWriter] = None
     self._structure: Any = None
@@ -259,6 +261,15 @@ class _Windows:
       for writer in writers:
         writer.close()
 
+
+# Reverb 0.7.0's writer logs "The number of pending items is alarmingly high,
+# did you forget to call Flush?" on every 10th item it sends while 50 or more
+# are unconfirmed (kPendingItemsWarningThreshold). One writer serving K = 32
+# streams at 2 items each kept up to 65 pending whenever the queue was full,
+# which is most of a learner-bound run: about 1.3 lines a second in each
+# actor's log (MinAtar sharing sweep, 622 lines in 8 minutes). A flush down
+# to 48 leaves room for the one item created before the next flush.
+_MAX_PENDING_ITEMS = 48
 
 # How long one wait for the server's confirmations may block before it
 # returns to Python to wait again. A node's stop request is a signal
@@ -465,7 +476,8 @@ class BatchedTrajectoryAdder(_WindowsWriter):
   ):
     """As TrajectoryAdder, for `num_streams` environments stepped together.
 
-    `max_in_flight_items` is per stream, as if there were K adders; episode
+    `max_in_flight_items` is per stream, as if there were K adders, up to
+    48 items in all (Reverb warns from 50; see `_MAX_PENDING_ITEMS`); episode
     items are per stream, each one environment's episode.
     """
     self._k = num_streams
