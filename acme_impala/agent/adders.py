@@ -262,13 +262,14 @@ class _Windows:
         writer.close()
 
 
-# Reverb 0.7.0's writer logs "The number of pending items is alarmingly high,
-# did you forget to call Flush?" on every 10th item it sends while 50 or more
-# are unconfirmed (kPendingItemsWarningThreshold). One writer serving K = 32
-# streams at 2 items each kept up to 65 pending whenever the queue was full,
-# which is most of a learner-bound run: about 1.3 lines a second in each
-# actor's log (MinAtar sharing sweep, 622 lines in 8 minutes). A flush down
-# to 48 leaves room for the one item created before the next flush.
+# Reverb 0.7.0's writer logs "The number of pending items is alarmingly
+# high, did you forget to call Flush?" while 50 or more items are unconfirmed
+# (the fewest any of its warnings counted in the sweep's logs). One writer
+# serving K = 32 streams at 2 items each kept up to 65 pending whenever the
+# queue was full, which is most of a learner-bound run: about 1.3 lines a
+# second in each actor's log (MinAtar sharing sweep, 622 lines in 8
+# minutes). A flush down to 48 leaves room for the one item created before
+# the next flush.
 _MAX_PENDING_ITEMS = 48
 
 # How long one wait for the server's confirmations may block before it
