@@ -13,7 +13,6 @@ import time
 
 from acme import specs
 from acme.adders import reverb as acme_adders
-from acme.adders.reverb import base as reverb_base
 import dm_env
 import numpy as np
 import portpicker
@@ -454,12 +453,13 @@ def _observation_column(signature):
   return paths.index(('observation',))
 
 
-def test_a_full_queue_keeps_pending_items_under_reverbs_warning(capfd):
+def test_a_full_queue_keeps_pending_items_under_reverbs_warning(
+    capfd, monkeypatch):
   """K = 40 streams at 2 items each may not leave 80 items pending on one
-  writer: while the queue is full, Reverb logged its "did you forget to call
-  Flush?" warning every 10th item from 50 pending. The control, a Reverb
-  writer flushed down to 2K items as before, logs it in the same set-up, so
-  the captured stderr is where the warning would appear."""
+  writer: while the queue is full, Reverb logs its "did you forget to call
+  Flush?" warning from 50 pending. The control, the same adder flushed down
+  to 2K items as before, logs it in the same set-up, so the captured stderr
+  is where the warning would appear."""
   k, length, drain_every_s = 40, 2, 0.002
   signature = acme_adders.SequenceAdder.signature(
       _env_spec(), _extras_spec(), sequence_length=length)
@@ -478,51 +478,31 @@ def test_a_full_queue_keeps_pending_items_under_reverbs_warning(capfd):
         return  # The server stopped.
       time.sleep(drain_every_s)
 
-  def fill(write_window):
+  def fill():
+    """Stderr while an adder writes 15 windows of each of the K streams."""
     rng = np.random.default_rng(0)
-    for _ in range(15):
-      write_window(rng)
-
-  def batched(rng):
-    adder.add(rng.integers(NUM_ACTIONS, size=k).astype(np.int32),
-              adapter.stack_timesteps([dm_env.transition(
-                  np.float32(0.), rng.normal(size=OBS_DIM).astype(np.float32),
-                  np.float32(1.)) for _ in range(k)]),
-              {'logits': np.zeros((k, NUM_ACTIONS), np.float32),
-               'core_state': (np.zeros((k, STATE), np.float32),
-                              np.zeros((k, STATE), np.float32))})
-
-  step = {'observation': np.zeros([length, OBS_DIM], np.float32),
-          'start_of_episode': np.zeros([length], bool),
-          'action': np.zeros([length], np.int32),
-          'reward': np.zeros([length], np.float32),
-          'discount': np.ones([length], np.float32),
-          'extras': {'logits': np.zeros([length, NUM_ACTIONS], np.float32),
-                     'core_state': (np.zeros([length, STATE], np.float32),
-                                    np.zeros([length, STATE], np.float32))}}
-
-  def uncapped(unused_rng):
-    for _ in range(k):
-      control.append(step)
-      control.create_item('queue', 1., reverb_base.Trajectory(
-          **tree.map_structure(lambda c: c[-1], control.history)))
-      control.flush(2 * k)
-
-  drainer = threading.Thread(target=drain, daemon=True)
-  drainer.start()
-  try:
     adder = adders.BatchedTrajectoryAdder(client, k, length, 1,
                                           {'queue': None})
     for i in range(k):
       adder.add_first(i, dm_env.restart(np.zeros(OBS_DIM, np.float32)))
-    fill(batched)
+    for _ in range(15):
+      adder.add(rng.integers(NUM_ACTIONS, size=k).astype(np.int32),
+                adapter.stack_timesteps([dm_env.transition(
+                    np.float32(0.),
+                    rng.normal(size=OBS_DIM).astype(np.float32),
+                    np.float32(1.)) for _ in range(k)]),
+                {'logits': np.zeros((k, NUM_ACTIONS), np.float32),
+                 'core_state': (np.zeros((k, STATE), np.float32),
+                                np.zeros((k, STATE), np.float32))})
     adder.close(timeout_ms=60_000)
-    ours = capfd.readouterr().err
-    control = client.trajectory_writer(num_keep_alive_refs=1)
-    fill(uncapped)
-    control.flush(0, timeout_ms=60_000)
-    control.close()
-    theirs = capfd.readouterr().err
+    return capfd.readouterr().err
+
+  drainer = threading.Thread(target=drain, daemon=True)
+  drainer.start()
+  try:
+    ours = fill()
+    monkeypatch.setattr(adders, '_MAX_PENDING_ITEMS', 2 * k)
+    theirs = fill()
   finally:
     stop.set()
     server.stop()
