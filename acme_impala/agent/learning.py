@@ -313,7 +313,6 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
           lambda s: tf.Variable(tf.zeros_like(s), trainable=False),
           network.initial_state(config.num_replayed))
 
-    self._flags = {}
     self._compile_time = None
     self._stepped = False
     # While `warm_up` runs: what get_variables serves.
@@ -493,16 +492,12 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     return data, online, walk_start
 
   def _row_flags(self, data, value: bool) -> np.ndarray:
-    """[B] bools all `value`, B the rows of `data`; made once per B.
+    """[B] bools all `value`, B the rows of `data`.
 
     NumPy, not TensorFlow: an eager op dispatched right after an update
     took 0.1-0.3 ms on CartPole's learner under load (3x the same op
     alone), a few percent of its step."""
-    rows = int(tree.flatten(data)[0].shape[0])
-    flags = self._flags.get((rows, value))
-    if flags is None:
-      flags = self._flags[(rows, value)] = np.full([rows], value, bool)
-    return flags
+    return np.full([int(tree.flatten(data)[0].shape[0])], value, bool)
 
   def _state_variables(self) -> List[tf.Variable]:
     """Every variable an update may change: the network's, the
