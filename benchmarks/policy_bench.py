@@ -20,8 +20,9 @@ the LSTM state as numpy arrays, the logits read back as numpy), four ways:
     adopted: the copy would have to follow every change of the network's
     weights, see docs/benchmarks.md#policy-step).
 
-The four are checked to give the same logits first. Repeats are
-interleaved (the order rotated each round) and the median reported.
+The four are checked to give the same logits (to 1% of their scale) first.
+Repeats are interleaved (the order rotated each round) and the median
+reported.
 """
 
 import argparse
@@ -113,6 +114,7 @@ def main():
   args = parser.parse_args()
   rounds = 2 if args.quick else 15
   rng = np.random.default_rng(0)
+  tf.random.set_seed(0)  # The same weights each run.
   print(f'policy_bench.py at {provenance.stamp()}: TensorFlow '
         f'{tf.__version__}, {len(os.sched_getaffinity(0))} CPU(s), '
         f'TF_ENABLE_ONEDNN_OPTS={os.environ.get("TF_ENABLE_ONEDNN_OPTS")}; '
@@ -142,8 +144,14 @@ def main():
           (logits, _), _ = fn(inputs, state)
         if reference is None:
           reference = _numpy(logits)
-        np.testing.assert_allclose(_numpy(logits), reference, rtol=1e-4,
-                                   atol=1e-5, err_msg=label)
+        # Tolerance relative to the logits' scale: a wrong weight or state
+        # copy moves them by about their whole scale, while kernels may
+        # round differently: CI saw 'graph via tf.data' (oneDNN in tf.data's
+        # threads) 2.9e-5 off xla on logits of size 0.04, 8e-4 of their
+        # scale, on an AMD EPYC with AVX512-BF16.
+        np.testing.assert_allclose(
+            _numpy(logits), reference, rtol=0,
+            atol=1e-2 * float(np.abs(reference).max()), err_msg=label)
       # Calls per timed repeat: about 0.3 s of the slowest.
       calls = max(5, int(0.3e3 / max(_time(f, inputs, state, 5)
                                      for f in fns.values())))
