@@ -229,22 +229,39 @@ def test_training_state_copy_makes_the_target_continue_as_the_source(
 
 
 def test_compile_modes_agree(filled_queue):
-  """XLA must not change the maths: one update from the same weights and
-  batch gives the same new weights in every compile mode."""
+  """XLA and the ops' threading must not change the maths: two updates from
+  the same weights and batch give the same new weights in every compile
+  mode, with each op on one thread or on TensorFlow's pool."""
   server, spec, config = filled_queue
   batch = _batches(server, 1)[0]
   results = {}
-  for mode in config_lib.COMPILE_MODES:
-    cfg = config.replace(compile_mode=mode)
+  runs = {mode: config.replace(compile_mode=mode)
+          for mode in config_lib.COMPILE_MODES}
+  for threads in (0, 1):
+    runs[f'threads={threads}'] = config.replace(
+        learner_intra_op_threads=threads)
+  for mode, cfg in runs.items():
     net = _network(cfg, spec, seed=1)
     learner = learning.IMPALALearner(net, iter([batch, batch]), cfg,
                                      logger=loggers.InMemoryLogger())
     learner.step()
     learner.step()
     results[mode] = [v.numpy() for v in net.trainable_variables]
-  for mode in ('full', 'none'):
+  for mode in ('full', 'none', 'threads=0', 'threads=1'):
     for a, b in zip(results['vtrace_and_optimizer'], results[mode]):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_intra_op_threads_is_one_for_the_mlp_torso_unless_set():
+  config = config_lib.IMPALAConfig()
+  assert config.learner_intra_op_threads is None
+  assert learning.intra_op_threads(config.replace(network='mlp_lstm')) == 1
+  for network in ('shallow', 'deep', 'minatar'):
+    assert learning.intra_op_threads(config.replace(network=network)) == 0
+  assert learning.intra_op_threads(config.replace(
+      network='mlp_lstm', learner_intra_op_threads=0)) == 0
+  assert learning.intra_op_threads(config.replace(
+      network='deep', learner_intra_op_threads=2)) == 2
 
 
 def test_bfloat16_torso_updates_track_float32(bfloat16_runs):

@@ -4,22 +4,29 @@ call run exactly once and in order, whatever shapes and nest classes come."""
 import collections
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from acme_impala.agent import tf_calls
 
 
-def test_results_equal_the_function_called_directly():
+@pytest.mark.parametrize('threads', [0, 1])
+def test_results_equal_the_function_called_directly(threads):
   fn = tf.function(lambda x, y: (tf.matmul(x, y), tf.reduce_sum(x, -1)),
                    autograph=False)
-  piped = tf_calls.DataPipelineFunction(fn)
+  piped = tf_calls.DataPipelineFunction(fn, max_intra_op_parallelism=threads)
   rng = np.random.default_rng(0)
   for _ in range(3):
-    x = rng.normal(size=(4, 3)).astype(np.float32)
-    y = rng.normal(size=(3, 2)).astype(np.float32)
+    x = rng.normal(size=(400, 300)).astype(np.float32)
+    y = rng.normal(size=(300, 200)).astype(np.float32)
     got, want = piped(x, y), fn(x, y)
     for g, w in zip(got, want):
-      np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6)
+      np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-4)
+
+
+def test_negative_thread_count_is_refused():
+  with pytest.raises(ValueError, match='got -1'):
+    tf_calls.DataPipelineFunction(tf.function(lambda x: x), -1)
 
 
 def test_each_call_runs_once_in_order_and_sees_variable_updates():

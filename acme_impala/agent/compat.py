@@ -5,7 +5,7 @@ Each function says which private attribute it uses and why no public API
 serves.
 """
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
@@ -62,6 +62,40 @@ def create_rmsprop_slots(optimizer, variables: Sequence[tf.Variable],
   optimizer._initialize(variables)  # pylint: disable=protected-access
   for ms in optimizer.ms:
     ms.assign(tf.fill(tf.shape(ms), tf.cast(initial_ms, ms.dtype)))
+
+
+def rmsprop_apply(optimizer, updates: Sequence[Optional[tf.Tensor]],
+                  variables: Sequence[tf.Variable]) -> None:
+  """`optimizer.apply(updates, variables)` for a Sonnet RMSProp (not
+  centered), run as TensorFlow's fused `ResourceApplyRMSProp` kernel on the
+  optimiser's own slots (`mom`, `ms`, made by `create_rmsprop_slots`).
+
+  The kernel computes Sonnet's update (ms <- decay ms + (1 - decay) g^2;
+  mom <- momentum mom + lr g / sqrt(ms + epsilon); v <- v - mom) in one op
+  per variable where Sonnet's `apply` dispatches about ten. In graph mode
+  it was 1.2x (CartPole's MLP+LSTM(64)) and 1.3x (the shallow Atari net)
+  faster than Sonnet's update XLA-compiled, the fastest before
+  (docs/benchmarks.md, "The RMSProp update alone"). Checkpoints are
+  unchanged: the state is Sonnet's slot variables.
+  """
+  if optimizer.centered:
+    raise ValueError('rmsprop_apply: centered RMSProp is not supported; '
+                     f'{optimizer.name} has centered=True.')
+  if len(optimizer.ms) != len(variables):
+    raise ValueError(
+        f'rmsprop_apply: {len(variables)} variables but the optimiser has '
+        f'{len(optimizer.ms)} slots; expected create_rmsprop_slots first.')
+  hyperparameters = [tf.cast(x, tf.float32) for x in (
+      optimizer.learning_rate, optimizer.decay, optimizer.momentum,
+      optimizer.epsilon)]
+  learning_rate, decay, momentum, epsilon = hyperparameters
+  for update, variable, mom, ms in zip(updates, variables, optimizer.mom,
+                                       optimizer.ms):
+    if update is None:  # As Sonnet: a variable the loss does not reach.
+      continue
+    tf.raw_ops.ResourceApplyRMSProp(
+        var=variable.handle, ms=ms.handle, mom=mom.handle, lr=learning_rate,
+        rho=decay, momentum=momentum, epsilon=epsilon, grad=update)
 
 
 

@@ -138,6 +138,13 @@ class IMPALAConfig:
   # after the first batch arrives: the first update of a process took 5-14 s
   # on CartPole's net, the longest wait of a program's start-up.
   warm_up_update: bool = True
+  # Threads one TensorFlow op of the learner's update may use: 0 for
+  # TensorFlow's intra-op pool (every core), 1 for the thread running it.
+  # None: 1 for the MLP torso, whose ops on [B, 4H] tensors are too small
+  # to pay for splitting across threads (CartPole's update 5 % faster with
+  # 1), 0 for the convolutional torsos (Pong's update 1.1-1.4x slower with
+  # 1); see learning.intra_op_threads and docs/benchmarks.md#learner.
+  learner_intra_op_threads: Optional[int] = None
 
   # Acting.
   # Environments per actor process, stepped in lockstep with one batched
@@ -285,6 +292,7 @@ class IMPALAConfig:
             'does not imply a number of learner steps.')
     _check_choice(self, 'compile_mode', COMPILE_MODES)
     _check_int(self, 'prefetch_size', 0, None)
+    _check_int(self, 'learner_intra_op_threads', 0, None, allow_none=True)
     _check_int(self, 'variable_update_period', 1, None)
     _check_bool(self, 'record_policy_version')
     _check_bool(self, 'warm_up_update')

@@ -43,8 +43,17 @@ class DataPipelineFunction:
   given to `fn` in the structure of the first call of their shape.
   """
 
-  def __init__(self, fn: Callable[..., Any]):
+  def __init__(self, fn: Callable[..., Any],
+               max_intra_op_parallelism: int = 0):
+    """`max_intra_op_parallelism`: threads one op of `fn` may use, 0 for
+    TensorFlow's intra-op pool (its default, all cores), 1 to run each op on
+    the thread that runs it (see `learning.intra_op_threads`)."""
+    if max_intra_op_parallelism < 0:
+      raise ValueError('max_intra_op_parallelism must be >= 0 (0: '
+                       "TensorFlow's pool); got "
+                       f'{max_intra_op_parallelism}.')
     self._fn = fn
+    self._max_intra_op_parallelism = max_intra_op_parallelism
     self._pipelines: Dict[Tuple, Tuple[Any, Any, collections.deque]] = {}
 
   def __call__(self, *args):
@@ -72,7 +81,8 @@ class DataPipelineFunction:
     # tf.data runs a pipeline's ops on one intra-op thread unless told
     # otherwise (0: no limit, TensorFlow's own pool): on the Atari learner's
     # update that one thread made the step 1.4x slower than a direct call.
-    options.threading.max_intra_op_parallelism = 0
+    options.threading.max_intra_op_parallelism = (
+        self._max_intra_op_parallelism)
     dataset = tf.data.Dataset.from_generator(
         arguments, output_signature=signature)
     iterator = iter(dataset.map(self._fn).with_options(options))

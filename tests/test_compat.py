@@ -1,0 +1,69 @@
+"""The Sonnet/Acme workarounds of agent/compat.py that compute something."""
+
+import numpy as np
+import pytest
+import sonnet as snt
+import tensorflow as tf
+
+from acme_impala.agent import compat
+
+
+def _variables(rng):
+  return [tf.Variable(rng.normal(size=shape).astype(np.float32))
+          for shape in ((5, 8), (8,), (3,))]
+
+
+@pytest.mark.parametrize('momentum', [0., 0.9])
+def test_rmsprop_apply_is_sonnets_rmsprop_and_the_formula(momentum):
+  """Three updates of the fused kernel against Sonnet's `apply` on a copy
+  of the same variables and slots, and against the update written out in
+  NumPy; learning rate and epsilon are variables changed between updates,
+  as population-based training does, and one gradient is None (a variable
+  the loss does not reach: left as it is, as by Sonnet)."""
+  rng = np.random.default_rng(0)
+  ours_vars = _variables(rng)
+  theirs_vars = [tf.Variable(v) for v in ours_vars]
+  lr, eps = tf.Variable(1e-2), tf.Variable(1e-3)
+  make = lambda: snt.optimizers.RMSProp(  # pylint: disable=unnecessary-lambda-assignment
+      learning_rate=lr, decay=0.99, momentum=momentum, epsilon=eps)
+  ours, theirs = make(), make()
+  compat.create_rmsprop_slots(ours, ours_vars, 0.1)
+  compat.create_rmsprop_slots(theirs, theirs_vars, 0.1)
+  want = [v.numpy().astype(np.float64) for v in ours_vars]
+  ms = [np.full(v.shape, 0.1) for v in want]
+  mom = [np.zeros(v.shape) for v in want]
+  for step in range(3):
+    lr.assign(1e-2 / (step + 1))
+    eps.assign(10. ** -(step + 3))
+    grads = [tf.constant(rng.normal(size=v.shape).astype(np.float32))
+             for v in ours_vars]
+    grads[2] = None
+    tf.function(lambda g: compat.rmsprop_apply(ours, g, ours_vars))(grads)
+    theirs.apply(grads, theirs_vars)
+    for k, g in enumerate(grads):
+      if g is None:
+        continue
+      g = g.numpy().astype(np.float64)
+      ms[k] = 0.99 * ms[k] + 0.01 * g * g
+      mom[k] = momentum * mom[k] + lr.numpy() * g / np.sqrt(ms[k] + eps.numpy())
+      want[k] = want[k] - mom[k]
+  for o, t, w in zip(ours_vars, theirs_vars, want):
+    np.testing.assert_allclose(o.numpy(), t.numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(o.numpy(), w, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(ours.ms[0].numpy(), theirs.ms[0].numpy(),
+                             rtol=1e-6)
+  assert not np.allclose(ours_vars[0].numpy(), _variables(
+      np.random.default_rng(0))[0].numpy())  # It did move.
+
+
+def test_rmsprop_apply_refuses_what_it_does_not_compute():
+  variables = _variables(np.random.default_rng(0))
+  centered = snt.optimizers.RMSProp(1e-3, centered=True)
+  centered._initialize(variables)  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match='centered=True'):
+    compat.rmsprop_apply(centered, [tf.zeros_like(v) for v in variables],
+                         variables)
+  without_slots = snt.optimizers.RMSProp(1e-3)
+  with pytest.raises(ValueError, match='create_rmsprop_slots'):
+    compat.rmsprop_apply(without_slots, [tf.zeros_like(v) for v in variables],
+                         variables)
