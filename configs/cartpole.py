@@ -65,11 +65,4 @@ def get_config() -> config_lib.IMPALAConfig:
       # A short queue (2 batches) bounds policy lag; actors block when it
       # is full.
       max_queue_size=64,
-      # No XLA: on this small net the XLA-compiled V-trace and RMSProp
-      # update do not pay for their compilation. The plain graph step was
-      # 1.04-1.09x the XLA one on Intel (docs/benchmarks.md#learner) and
-      # within noise of it on an AMD EPYC (10-12 ms either way), and its
-      # first step compiles in 3-4 s instead of 5-6.5 s there: every
-      # start and restart of a learner is that much sooner.
-      compile_mode='none',
   )

@@ -25,11 +25,12 @@ REWARD_CLIPPING = ('none', 'abs_one', 'soft_asymmetric')
 LOSS_REDUCTIONS = ('mean', 'sum')
 OFF_POLICY_CORRECTIONS = ('vtrace', 'one_step_is', 'epsilon', 'none')
 # Where XLA is applied in the learner update (see learning.py):
+#   'none' (the default): plain tf.function, no XLA; with RMSProp as
+#       TensorFlow's fused kernel it was the fastest on CartPole's and the
+#       Atari net (docs/benchmarks.md#learner);
 #   'vtrace_and_optimizer': graph-mode step whose V-trace and RMSProp update
-#       are jit-compiled sub-functions (the paper's recipe; on these CPUs
-#       within 10 % of 'none' either way: docs/benchmarks.md#learner);
-#   'full': the whole step (unroll, loss, gradients, optimiser) jit-compiled;
-#   'none': plain tf.function, no XLA.
+#       are jit-compiled sub-functions (the paper's recipe);
+#   'full': the whole step (unroll, loss, gradients, optimiser) jit-compiled.
 COMPILE_MODES = ('vtrace_and_optimizer', 'full', 'none')
 # How actors write trajectories (both write the same items, see adders.py):
 #   'trajectory': acme_impala.agent.adders.TrajectoryAdder, one Reverb append per
@@ -131,7 +132,7 @@ class IMPALAConfig:
   anneal_learning_rate: bool = False
 
   # Learner mechanics.
-  compile_mode: str = 'vtrace_and_optimizer'
+  compile_mode: str = 'none'
   prefetch_size: int = 2
   # A distributed learner traces and compiles its update on a batch of
   # zeros (then puts every variable back) while the actors start, instead of

@@ -3,10 +3,10 @@
 The learner reads batches of trajectories from a Reverb dataset in Python
 (the read stays outside compiled code, so a slow or empty queue never stalls
 inside XLA and the wait is measurable), then runs one update in a
-`tf.function`. Where XLA applies is `compile_mode` (see config.py); by default
-the V-trace/loss maths and the RMSProp update are jit-compiled sub-functions of
-a graph-mode step, the paper's recipe (on these CPUs within 10 % of plain
-`tf.function` either way: docs/benchmarks.md#learner).
+`tf.function`. Where XLA applies is `compile_mode` (see config.py): by default
+nowhere, the fastest on these CPUs; 'vtrace_and_optimizer' makes the V-trace
+maths and the RMSProp update jit-compiled sub-functions of the graph-mode
+step, the paper's recipe (docs/benchmarks.md#learner).
 
 Data layout (Acme's SequenceAdder): an item is T+1 steps; step t holds
 observation x_t, the action a_t taken there, the reward r_t and discount d_t
