@@ -591,7 +591,9 @@ def _breakdown_parts(config, spec, sample):
                            jit_compile=True, autograph=False)
   gradients = [tf.random.stateless_normal(v.shape, [9, 10]) * 1e-3
                for v in learner._variables]  # pylint: disable=protected-access
-  apply_fn = learner._apply_fn  # pylint: disable=protected-access
+  # A graph function in every compile mode ('none' leaves `_apply_fn` a
+  # plain method, which would run eagerly op by op here).
+  apply_fn = tf.function(learner._apply_fn, autograph=False)  # pylint: disable=protected-access
   update = learner._update  # pylint: disable=protected-access
   return {
       'torso forward': _Timed(torso_forward),
