@@ -76,7 +76,8 @@ def rmsprop_apply(optimizer, updates: Sequence[Optional[tf.Tensor]],
   it was 1.2x (CartPole's MLP+LSTM(64)) and 1.3x (the shallow Atari net)
   faster than Sonnet's update XLA-compiled, the fastest before
   (docs/benchmarks.md, "The RMSProp update alone"). Checkpoints are
-  unchanged: the state is Sonnet's slot variables.
+  unchanged: the state is Sonnet's slot variables. It reads the slot lists
+  `ms` and `mom` in Sonnet's order; Sonnet offers no fused apply.
   """
   if optimizer.centered:
     raise ValueError('rmsprop_apply: centered RMSProp is not supported; '
@@ -96,7 +97,6 @@ def rmsprop_apply(optimizer, updates: Sequence[Optional[tf.Tensor]],
     tf.raw_ops.ResourceApplyRMSProp(
         var=variable.handle, ms=ms.handle, mom=mom.handle, lr=learning_rate,
         rho=decay, momentum=momentum, epsilon=epsilon, grad=update)
-
 
 
 def constant_chunk_trajectory_writer(client, chunk_length: int,

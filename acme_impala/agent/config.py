@@ -142,7 +142,7 @@ class IMPALAConfig:
   # Threads one TensorFlow op of the learner's update may use: 0 for
   # TensorFlow's intra-op pool (every core), 1 for the thread running it.
   # None: 1 for the MLP torso, whose ops on [B, 4H] tensors are too small
-  # to pay for splitting across threads (CartPole's update 5 % faster with
+  # to pay for splitting across threads (CartPole's update 2-5 % faster with
   # 1), 0 for the convolutional torsos (Pong's update 1.1-1.4x slower with
   # 1); see learning.intra_op_threads and docs/benchmarks.md#learner.
   learner_intra_op_threads: Optional[int] = None
