@@ -612,7 +612,6 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         steps=int(first), walltime=elapsed if first else 0.,
         online_rows=num_online, replayed_rows=num_replayed)
     graph_steps = metrics.pop('learner_steps')
-    metrics = {k: float(v) for k, v in metrics.items()}
     total = self._wait_time + self._busy_time
     # Only the counts this learner's rows are about: a fixed set of columns.
     metrics['actor_steps'] = counts.get('actor_steps', 0)
