@@ -1,5 +1,7 @@
 """IMPALAActor in a real Reverb queue, driven by Acme's EnvironmentLoop."""
 
+import time
+
 import acme
 from acme import datasets
 from acme import specs
@@ -11,6 +13,7 @@ import tensorflow as tf
 
 from acme_impala.agent import acting
 from acme_impala.agent import builder as builder_lib
+from acme_impala.agent import compat
 from acme_impala.agent import config as config_lib
 from acme_impala.agent import networks
 from acme_impala.agent import types
@@ -88,15 +91,19 @@ def test_items_signature_extras_and_start_state():
 
 
 class _Source(acme.VariableSource):
-  """A VariableSource serving fixed weights and a step count."""
+  """A VariableSource serving weights, a step count and their version (as
+  IMPALALearner does); it counts the calls and the weights it sends."""
 
-  def __init__(self, variables, steps):
-    self.variables, self.steps, self.calls = variables, steps, 0
+  def __init__(self, variables, steps, epoch=5):
+    self.variables, self.steps, self.epoch = variables, steps, epoch
+    self.calls, self.policy_fetches = 0, 0
 
   def get_variables(self, names):
     self.calls += 1
+    self.policy_fetches += types.POLICY_VARIABLES in names
     groups = {types.POLICY_VARIABLES: self.variables,
-              types.LEARNER_STEPS: [np.int64(self.steps)]}
+              types.LEARNER_STEPS: [np.int64(self.steps)],
+              types.WEIGHTS_VERSION: [np.array([self.epoch, self.steps])]}
     return [groups[n] for n in names]
 
 
@@ -146,17 +153,112 @@ def test_an_evaluators_actor_fetches_every_round_whatever_the_period():
   """An evaluator (nodes.EvaluatorNode) makes its actor with
   variable_update_period=1: each round's weights are those at its start
   even when the actors refresh every 400 steps (PBT's fitness relies on
-  it); without the override the config's period holds."""
+  it); without the override the config's period holds. Each round asks;
+  only new weights are fetched."""
   config = config_lib.IMPALAConfig(lstm_size=8, variable_update_period=400)
   env, spec, _, server = _setup(config)
   builder = builder_lib.IMPALABuilder(config, spec)
-  for period, expected in ((None, 0), (1, 3)):
+  for period, expected in ((None, 0), (1, 5)):
     net = builder.make_network()
     source = _Source([v.numpy() for v in net.variables], steps=7)
     actor = builder.make_actor(net, None, source, num_envs=2,
                                variable_update_period=period)
     for _ in range(3):
       actor.update(wait=True)
+    source.steps = 8
+    actor.update(wait=True)
     assert source.calls == expected, period
+    # The first round's weights and the new ones of the last.
+    assert source.policy_fetches == (2 if period else 0), period
+  server.stop()
+  env.close()
+
+
+def _wait_for_copy(client, source, fetches):
+  deadline = time.time() + 30
+  while source.policy_fetches < fetches or not compat.variable_update_idle(
+      client):
+    assert time.time() < deadline, 'no fetch in 30 s'
+    client.update()
+    time.sleep(0.001)
+
+
+def test_versioned_client_copies_only_weights_it_has_not_copied():
+  """VersionedVariableClient (what the builder's actors use) asks for the
+  version at each request and fetches and copies the weights only when the
+  version differs from the one it copied: a local change survives an
+  unchanged version, a new step count or a new epoch (another learner
+  process, PBT's copy) at the same step brings the source's weights back.
+  Blocking and background updates alike."""
+  config = config_lib.IMPALAConfig(lstm_size=8)
+  env, spec, net, server = _setup(config)
+  served = [np.full(v.shape, 0.01, v.dtype.as_numpy_dtype)
+            for v in net.variables]
+  source = _Source(served, steps=3)
+  version = tf.Variable(0, dtype=tf.int64)
+  client = acting.make_variable_client(source, net, update_period=1,
+                                       policy_version=version,
+                                       versioned=True)
+  assert isinstance(client, acting.VersionedVariableClient)
+  client.update(wait=True)
+  assert (source.calls, source.policy_fetches) == (1, 1)
+  np.testing.assert_allclose(net.variables[0].numpy(), 0.01)
+  assert int(version.numpy()) == 3
+
+  net.variables[0].assign(tf.ones_like(net.variables[0]))
+  client.update(wait=True)
+  assert (source.calls, source.policy_fetches) == (2, 1)
+  np.testing.assert_allclose(net.variables[0].numpy(), 1.)  # Not copied.
+
+  source.steps = 4
+  client.update(wait=True)
+  assert (source.calls, source.policy_fetches) == (4, 2)
+  np.testing.assert_allclose(net.variables[0].numpy(), 0.01)
+  assert int(version.numpy()) == 4
+
+  # In the background (update() without waiting): asks, and copies once
+  # the version has moved, here by a new epoch at the same step.
+  net.variables[0].assign(tf.ones_like(net.variables[0]))
+  for _ in range(20):
+    client.update()
+  assert source.policy_fetches == 2
+  np.testing.assert_allclose(net.variables[0].numpy(), 1.)
+  source.epoch = 6
+  _wait_for_copy(client, source, fetches=3)
+  np.testing.assert_allclose(net.variables[0].numpy(), 0.01)
+  server.stop()
+  env.close()
+
+
+def test_versioned_client_follows_a_real_learner():
+  """Against a real IMPALALearner (in process): the actor's weights equal
+  the learner's after each of its steps, with one weights fetch per step
+  however often the actor asks."""
+  config = config_lib.IMPALAConfig(lstm_size=8, batch_size=2,
+                                   unroll_length=5)
+  env, spec, _, server = _setup(config)
+  builder = builder_lib.IMPALABuilder(config, spec)
+  learner_net = builder.make_network(seed=1)
+  batch = builder.warm_up_batch(learner_net)
+  learner = builder.make_learner(learner_net, iter([batch] * 2),
+                                 logger=loggers.NoOpLogger())
+  fetches = []
+  real_get = learner.get_variables
+
+  def counting_get(names):
+    fetches.append(types.POLICY_VARIABLES in names)
+    return real_get(names)
+
+  learner.get_variables = counting_get
+  actor_net = builder.make_network(seed=2)
+  actor = builder.make_actor(actor_net, None, learner, num_envs=2)
+  for step in range(3):
+    if step:
+      learner.step()
+    for _ in range(5):
+      actor.update(wait=True)
+    for a, b in zip(actor_net.variables, learner_net.variables):
+      np.testing.assert_array_equal(a.numpy(), b.numpy())
+  assert sum(fetches) == 3 and len(fetches) == 17
   server.stop()
   env.close()

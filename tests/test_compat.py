@@ -38,7 +38,17 @@ def test_rmsprop_apply_is_sonnets_rmsprop_and_the_formula(momentum):
     grads = [tf.constant(rng.normal(size=v.shape).astype(np.float32))
              for v in ours_vars]
     grads[2] = None
-    tf.function(lambda g: compat.rmsprop_apply(ours, g, ours_vars))(grads)
+    returned = []
+
+    def fused(g):
+      returned.append([op.type for op in
+                       compat.rmsprop_apply(ours, g, ours_vars)])
+
+    tf.function(fused)(grads)
+    # In a graph it hands back its update ops, one per gradient given (the
+    # learner orders its step count after them).
+    assert returned[0] == (
+        ['ResourceApplyRMSProp'] * (len(grads) - 1))
     theirs.apply(grads, theirs_vars)
     for k, g in enumerate(grads):
       if g is None:

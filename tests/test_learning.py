@@ -348,6 +348,88 @@ def test_get_variables_honours_names(filled_queue):
     learner.get_variables(['critic'])
 
 
+def test_weights_version_changes_exactly_when_the_weights_may_have(
+    filled_queue):
+  """The served `weights_version` (what VersionedVariableClient compares)
+  stays put while nothing changes the weights, moves with each step and
+  with a copied training state even at the same step count, and differs
+  between two learners (processes) at the same step; it is read before the
+  weights of the same call."""
+  server, spec, config = filled_queue
+  batches = _batches(server, 2)
+
+  def version(learner):
+    return tuple(learner.get_variables([types.WEIGHTS_VERSION])[0][0])
+
+  net = _network(config, spec, seed=1)
+  learner = learning.IMPALALearner(net, iter(batches), config,
+                                   logger=loggers.NoOpLogger())
+  other = learning.IMPALALearner(_network(config, spec, seed=1),
+                                 iter(batches), config,
+                                 logger=loggers.NoOpLogger())
+  v0 = version(learner)
+  assert v0[1] == 0 and version(learner) == v0
+  assert version(other) != v0  # Another process's weights at step 0.
+  learner.step()
+  v1 = version(learner)
+  assert v1 == (v0[0], 1) and version(learner) == v1
+  digest = learner.set_training_state(other.get_training_state())
+  assert digest == other.training_state_digest()
+  v2 = version(learner)
+  assert v2[1] == 1 and v2 != v1  # New weights at the same step.
+  served, policy = learner.get_variables([types.WEIGHTS_VERSION, 'policy'])
+  assert tuple(served[0]) == v2
+  np.testing.assert_array_equal(policy[0], net.variables[0].numpy())
+
+
+def test_step_count_moves_only_after_every_weight_update():
+  """Graph functions order stateful ops per variable only: without a
+  control dependency the step count, which the served version carries,
+  could be incremented before the new weights are written, and an actor
+  would take old weights for new ones. In the traced update the
+  increment depends on every RMSProp apply, in each compile mode."""
+  for mode in config_lib.COMPILE_MODES:
+    config = _config(compile_mode=mode)
+    env = registry.make_environment(config.env_id, seed=0)
+    spec = specs.make_environment_spec(env)
+    env.close()
+    net = _network(config, spec)
+    builder = builder_lib.IMPALABuilder(config, spec)
+    learner = builder.make_learner(net, iter(()), logger=loggers.NoOpLogger())
+    sample = builder.warm_up_batch(net)
+    graph = learner._step_fn.get_concrete_function(  # pylint: disable=protected-access
+        *learner._update_arguments(sample)).graph  # pylint: disable=protected-access
+    increments = [op for op in graph.get_operations()
+                  if op.type == 'AssignAddVariableOp']
+    assert len(increments) == 1, mode
+
+    def ancestors(op):
+      seen, stack = set(), [op]
+      while stack:
+        child = stack.pop()
+        for parent in list(child.control_inputs) + [
+            t.op for t in child.inputs]:
+          if parent not in seen:
+            seen.add(parent)
+            stack.append(parent)
+      return seen
+
+    def applies(op):
+      """The RMSProp applies `op` runs: itself, or in the function it
+      calls (the XLA-compiled apply: a call returns once its body ran)."""
+      if op.type == 'ResourceApplyRMSProp':
+        return 1
+      if op.type.endswith('PartitionedCall'):
+        body = graph._get_function(op.get_attr('f').name).graph  # pylint: disable=protected-access
+        return sum(applies(inner) for inner in body.get_operations())
+      return 0
+
+    total = sum(applies(op) for op in graph.get_operations())
+    assert total == len(net.trainable_variables), mode
+    before = sum(applies(op) for op in ancestors(increments[0]))
+    assert before == total, mode
+
+
 class _NoSnapshots:
   """Stands in for Acme's Snapshotter, which exports a SavedModel to
   ~/acme at the learner's first step: outside the test's directory, and

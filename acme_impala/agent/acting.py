@@ -104,19 +104,65 @@ class _TolerantUpdates:
       self._failing_since, self._failures, self._last_log = None, 0, 0.
 
 
+class VersionedVariableClient(tf2_variable_utils.VariableClient):
+  """Acme's VariableClient, fetching and copying the weights only when they
+  are new.
+
+  Each request first asks the source for its `types.WEIGHTS_VERSION` (16
+  bytes); only when that differs from the version of the weights last copied
+  does it fetch the variables, with their version read first, and copy them.
+  Acme's client fetches and copies every variable at each request: with
+  `update_period=1` an Atari actor pulled the shallow net's weights about
+  70 times a second from a learner that changed them twice, and that traffic
+  took a third of the Pong program's env steps/s on 2 cores
+  (docs/benchmarks.md#the-atari-program-on-2-cores). The source must serve
+  `types.WEIGHTS_VERSION`, as IMPALALearner does.
+  """
+
+  def __init__(self, client: core.VariableSource,
+               variables: Mapping[str, Sequence[tf.Variable]],
+               update_period: int = 1):
+    super().__init__(client, variables, update_period=update_period)
+    self._version = None  # Of the weights last copied.
+    self._request = self._request_if_new
+
+  def _request_if_new(self):
+    # Runs on the client's one fetch thread, never beside `_copy`: a request
+    # is sent only once the previous one has been copied.
+    client = self._client
+    if self._version is not None:
+      (version,), = client.get_variables([types.WEIGHTS_VERSION])
+      if np.array_equal(version, self._version):
+        return None
+    (version,), *values = client.get_variables(
+        [types.WEIGHTS_VERSION] + self._keys)
+    return version, values
+
+  def _copy(self, fetched):
+    if fetched is None:
+      return
+    version, values = fetched
+    super()._copy(values)
+    self._version = version
+
+
 def make_variable_client(
     source: core.VariableSource,
     network: snt.Module,
     update_period: int = 1,
     policy_version: Optional[tf.Variable] = None,
+    versioned: bool = False,
 ) -> tf2_variable_utils.VariableClient:
-  """An Acme VariableClient refreshing `network` (and the policy version)."""
+  """An Acme VariableClient refreshing `network` (and the policy version);
+  with `versioned`, a VersionedVariableClient (the source serves
+  `types.WEIGHTS_VERSION`)."""
   variables: Dict[str, Sequence[tf.Variable]] = {
       types.POLICY_VARIABLES: network.variables}
   if policy_version is not None:
     variables[types.LEARNER_STEPS] = [policy_version]
-  return tf2_variable_utils.VariableClient(
-      source, variables, update_period=update_period)
+  client_class = (VersionedVariableClient if versioned
+                  else tf2_variable_utils.VariableClient)
+  return client_class(source, variables, update_period=update_period)
 
 
 class IMPALAActor(core.Actor):

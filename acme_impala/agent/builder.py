@@ -396,12 +396,15 @@ class IMPALABuilder:
     """An IMPALAActor or a BatchedIMPALAActor (`batched`; by default when
     num_envs > 1).
 
-    With a variable source, the actor refreshes its weights (and the policy
-    version it records) every `variable_update_period` actor steps (the
-    config's unless given: an evaluator gives 1, so that each round plays
-    the weights current at its start). Without
-    one, `policy_version` is the variable it records (e.g. the learner's step
-    counter when actor and learner share the network).
+    With a variable source (an IMPALALearner, or anything serving its
+    variable groups, `types.WEIGHTS_VERSION` among them), the actor asks for
+    new weights (and the policy version it records) every
+    `variable_update_period` actor steps (the config's unless given: an
+    evaluator gives 1, so that each round plays the weights current at its
+    start) and copies them when they have changed
+    (acting.VersionedVariableClient). Without one, `policy_version` is the
+    variable it records (e.g. the learner's step counter when actor and
+    learner share the network).
     """
     cfg = self._config
     if policy_version is None and (cfg.record_policy_version or
@@ -412,7 +415,7 @@ class IMPALABuilder:
       client = acting.make_variable_client(
           variable_source, network,
           variable_update_period or cfg.variable_update_period,
-          policy_version)
+          policy_version, versioned=True)
     recorded = policy_version if cfg.record_policy_version else None
     if not _is_batched(num_envs, batched):
       return acting.IMPALAActor(network, adder, client, seed=seed,

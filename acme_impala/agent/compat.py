@@ -5,7 +5,7 @@ Each function says which private attribute it uses and why no public API
 serves.
 """
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -65,7 +65,7 @@ def create_rmsprop_slots(optimizer, variables: Sequence[tf.Variable],
 
 
 def rmsprop_apply(optimizer, updates: Sequence[Optional[tf.Tensor]],
-                  variables: Sequence[tf.Variable]) -> None:
+                  variables: Sequence[tf.Variable]) -> List[tf.Operation]:
   """`optimizer.apply(updates, variables)` for a Sonnet RMSProp (not
   centered), run as TensorFlow's fused `ResourceApplyRMSProp` kernel on the
   optimiser's own slots (`mom`, `ms`, made by `create_rmsprop_slots`).
@@ -78,6 +78,9 @@ def rmsprop_apply(optimizer, updates: Sequence[Optional[tf.Tensor]],
   (docs/benchmarks.md, "The RMSProp update alone"). Checkpoints are
   unchanged: the state is Sonnet's slot variables. It reads the slot lists
   `ms` and `mom` in Sonnet's order; Sonnet offers no fused apply.
+
+  Returns the update ops in a graph (for control dependencies: a graph
+  function orders stateful ops per variable only), [] when eager.
   """
   if optimizer.centered:
     raise ValueError('rmsprop_apply: centered RMSProp is not supported; '
@@ -90,13 +93,17 @@ def rmsprop_apply(optimizer, updates: Sequence[Optional[tf.Tensor]],
       optimizer.learning_rate, optimizer.decay, optimizer.momentum,
       optimizer.epsilon)]
   learning_rate, decay, momentum, epsilon = hyperparameters
+  ops = []
   for update, variable, mom, ms in zip(updates, variables, optimizer.mom,
                                        optimizer.ms):
     if update is None:  # As Sonnet: a variable the loss does not reach.
       continue
-    tf.raw_ops.ResourceApplyRMSProp(
+    op = tf.raw_ops.ResourceApplyRMSProp(
         var=variable.handle, ms=ms.handle, mom=mom.handle, lr=learning_rate,
         rho=decay, momentum=momentum, epsilon=epsilon, grad=update)
+    if op is not None:
+      ops.append(op)
+  return ops
 
 
 def constant_chunk_trajectory_writer(client, chunk_length: int,

@@ -25,6 +25,7 @@ online.
 
 import functools
 import hashlib
+import secrets
 import time
 from typing import Dict, List, Mapping, Optional
 
@@ -334,6 +335,10 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     self._stepped = False
     # While `warm_up` runs: what get_variables serves.
     self._before_warm_up = None
+    # With the step count, the version of the served weights: drawn anew by
+    # this process and whenever weights change outside a step, so that a
+    # (process, step) pair an actor has seen never names other weights.
+    self._weights_epoch = secrets.randbits(62)
     self._last_time = None
     self._wait_time = 0.
     self._busy_time = 0.
@@ -341,9 +346,14 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
   # -- The update (TensorFlow). --------------------------------------------
 
   def _apply_gradients(self, gradients: List[tf.Tensor]) -> tf.Tensor:
+    """Clips and applies `gradients`; returns the global norm before
+    clipping, once every variable holds its new value."""
     gradients, grad_norm = tf.clip_by_global_norm(gradients,
                                                   self._max_grad_norm)
-    compat.rmsprop_apply(self._optimizer, gradients, self._variables)
+    applied = compat.rmsprop_apply(self._optimizer, gradients,
+                                   self._variables)
+    with tf.control_dependencies(applied):
+      grad_norm = tf.identity(grad_norm)
     return grad_norm
 
   def _step(self, data, online, walk_start) -> Dict[str, tf.Tensor]:
@@ -407,7 +417,11 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
           gradients, metrics['num_valid_steps'], cfg.loss_reduction,
           self._replicas.gradient_sum)
     grad_norm = self._apply_fn(gradients)
-    self._num_steps.assign_add(1)
+    # Ordered after the new weights are in place (graph functions order
+    # stateful ops per variable only): the step count, which the weights'
+    # version served to actors carries, is never ahead of the weights.
+    with tf.control_dependencies([grad_norm]):
+      self._num_steps.assign_add(1)
     if walking:
       # The state entering step T of this window is the state entering
       # step 0 of the row's next window (windows overlap by one step).
@@ -552,6 +566,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
                        'alone (its update is a collective).')
     start = time.time()
     self._before_warm_up = {
+        types.WEIGHTS_VERSION: self._weights_version(),
         types.POLICY_VARIABLES: tf2_utils.to_numpy(self._network.variables),
         types.LEARNER_STEPS: [self._num_steps.numpy()]}
     variables = self._state_variables()
@@ -633,9 +648,16 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
           (v for k, v in counts.items() if k.endswith(key)), 0)
     self._logger.write(metrics)
 
+  def _weights_version(self) -> List[np.ndarray]:
+    return [np.array([self._weights_epoch, self._num_steps.numpy()],
+                     np.int64)]
+
   def get_variables(self, names: List[str]) -> List[List[np.ndarray]]:
-    """Serves the groups named in `names` ('policy', 'learner_steps')."""
+    """Serves the groups named in `names` ('policy', 'learner_steps',
+    'weights_version'), read in that order of `names`: a version read before
+    the weights is never newer than they are."""
     groups = {
+        types.WEIGHTS_VERSION: self._weights_version,
         types.POLICY_VARIABLES: lambda: tf2_utils.to_numpy(
             self._network.variables),
         types.LEARNER_STEPS: lambda: [self._num_steps.numpy()],
@@ -712,6 +734,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
                                list(state['network']) +
                                list(state['optimizer'])):
       variable.assign(value)
+    self._weights_epoch = secrets.randbits(62)
     self.set_hyperparameters(state['hyperparameters'])
     return self.training_state_digest()
 
@@ -749,6 +772,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
       raise replicas.GroupBroken(
           f'replica {group.index} of {group.size} at start-up: '
           f'{type(error).__name__}: {error}') from error
+    self._weights_epoch = secrets.randbits(62)
     return self.training_state_digest()
 
   @property

@@ -18,6 +18,11 @@ REPLAY_TABLE = 'replay'
 # Names under which IMPALALearner.get_variables serves its state.
 POLICY_VARIABLES = 'policy'
 LEARNER_STEPS = 'learner_steps'
+# One int64 array of 2: changes whenever the served policy weights may have
+# (a step, a copy by PBT or a replica group, a new learner process), so that
+# an actor asks for the weights only when they are new
+# (acting.VersionedVariableClient).
+WEIGHTS_VERSION = 'weights_version'
 
 # Extras an IMPALAActor writes with each step (Acme's IMPALA layout plus the
 # two optional identifiers of the weights that acted).
