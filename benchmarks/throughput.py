@@ -6,7 +6,10 @@ learner's CSV: environment steps per second and learner samples per second
 over the steady state (after the learner's first step plus a warm-up), and
 the learner's queue-wait fraction (time blocked on an empty queue: > 0 means
 the learner keeps up with the actors; the queue itself is bounded by
-`max_queue_size`, which blocks actors when full). In the same run it measures
+`max_queue_size`, which blocks actors when full), and where the machine's
+CPU goes meanwhile: the cores each kind of node (learner, actors, the rest)
+uses and the cores left idle, read from /proc for the pids the supervisor
+lists in `<logdir>/status/nodes.json`. In the same run it measures
 Acme's own `acme.agents.tf.impala.IMPALA` agent on the same environment and
 the same network class, and prints a Markdown table with the ratio.
 
@@ -416,6 +419,48 @@ def _program_run(num_actors, envs_per_actor, steps, extra=()):
     shutil.rmtree(logdir, ignore_errors=True)
 
 
+def node_cpu_seconds(status_dir):
+  """CPU seconds (user + system, all threads) each kind of node has used so
+  far, summed over its processes: {'learner': s, 'actor': s, ...}, from the
+  supervisor's `<status_dir>/nodes.json` ({'actor/0': {'pid': ...}, ...});
+  None before that file exists."""
+  try:
+    with open(os.path.join(status_dir, 'nodes.json')) as f:
+      nodes = json.load(f)
+  except (OSError, ValueError):
+    return None
+  ticks = os.sysconf('SC_CLK_TCK')
+  totals = collections.Counter()
+  for title, node in nodes.items():
+    try:
+      with open(f'/proc/{int(node["pid"])}/stat') as f:
+        # Fields after the command name: utime and stime are the 12th and
+        # 13th (proc(5)'s fields 14 and 15).
+        fields = f.read().rsplit(')', 1)[1].split()
+    except (OSError, TypeError, ValueError):
+      continue  # Between a restart's exit and its new pid.
+    totals[title.split('/')[0]] += (int(fields[11]) + int(fields[12])) / ticks
+  return totals
+
+
+def _idle_cpu_seconds():
+  """Seconds every core of the machine has been idle (or waiting on I/O)."""
+  with open('/proc/stat') as f:
+    fields = f.readline().split()[1:]
+  return (int(fields[3]) + int(fields[4])) / os.sysconf('SC_CLK_TCK')
+
+
+def _cpu_in_window(samples, t0, t1):
+  """Cores used per node kind (and idle) between the samples nearest inside
+  [t0, t1]: {'learner': cores, ..., 'idle': cores}, or {} if the window
+  holds fewer than two samples."""
+  inside = [s for s in samples if t0 <= s[0] <= t1]
+  if len(inside) < 2:
+    return {}
+  (ta, a), (tb, b) = inside[0], inside[-1]
+  return {kind: (b[kind] - a.get(kind, 0.)) / (tb - ta) for kind in b}
+
+
 def _measure_program(logdir, num_actors, envs_per_actor, steps, extra):
   cmd = [sys.executable, os.path.join(_ROOT, 'programs', 'impala_lp.py'),
          '--lp_launch_type=local_mp', '--noevaluator',
@@ -424,11 +469,30 @@ def _measure_program(logdir, num_actors, envs_per_actor, steps, extra):
          f'--logdir={logdir}', f'--config.env_id={_env_id()}',
          f'--config.envs_per_actor={envs_per_actor}'] + list(extra)
   start = time.time()
-  proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        text=True, timeout=900)
+  # Where the machine's CPU goes, once a second: each node kind's processes
+  # (from the supervisor's pid file) and the idle time.
+  samples = []
+  with tempfile.TemporaryFile('w+') as output:
+    proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+      while proc.poll() is None:
+        if time.time() - start > 900:
+          raise subprocess.TimeoutExpired(cmd, 900)
+        cpu = node_cpu_seconds(os.path.join(logdir, 'status'))
+        if cpu is not None:
+          cpu['idle'] = _idle_cpu_seconds()
+          samples.append((time.time(), cpu))
+        time.sleep(1.)
+    finally:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    output.seek(0)
+    stdout = output.read()
   wall = time.time() - start
   if proc.returncode != 0:
-    return dict(error=f'exit {proc.returncode}: {proc.stdout[-300:]}')
+    return dict(error=f'exit {proc.returncode}: {stdout[-300:]}')
   with open(os.path.join(logdir, 'logs', 'learner', 'logs.csv')) as f:
     rows = [r for r in csv.DictReader(f)]
   rows = [r for r in rows if r.get('actor_steps') and r.get('timestamp')]
@@ -443,8 +507,11 @@ def _measure_program(logdir, num_actors, envs_per_actor, steps, extra):
   batch = int(float(last['samples_per_second']) /
               max(float(last['steps_per_second']), 1e-9) + 0.5)
   return dict(env_sps=env_sps, samples_sps=learner_steps * batch / dt,
+              updates_ps=learner_steps / dt,
               wait=float(last['queue_wait_fraction']), wall=wall,
-              lag=float(last.get('policy_lag_mean') or 'nan'))
+              lag=float(last.get('policy_lag_mean') or 'nan'),
+              cpu=_cpu_in_window(samples, float(first['timestamp']),
+                                 float(last['timestamp'])))
 
 
 # Acme's single-process agent can deadlock (its 12 dataset samplers, see
@@ -599,24 +666,34 @@ def main(argv):
         f'both); {steps} actor steps per program run; program flags '
         f'{FLAGS.program_flags or "none"}.\n')
   print('| agent | engine | actors x envs/actor | env steps/s | '
-        'learner samples/s | queue-wait fraction | policy lag (steps) | '
-        'vs Acme env steps/s |')
-  print('|---|---|---|---:|---:|---:|---:|---:|')
+        'learner samples/s | updates/s | queue-wait fraction | '
+        'policy lag (steps) | CPU cores: learner | actors | other nodes | '
+        'idle | vs Acme env steps/s |')
+  print('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
   base = acme_row['env_sps']
   if not FLAGS.skip_acme:
     print(f"| Acme 0.4.0 IMPALA (single process) | gymnasium | 1 x 1 | "
           f"{acme_row['env_sps']:.0f} | {acme_row['samples_sps']:.0f} | - |"
-          f" 0 | 1.0x |")
+          f" - | 0 | - | - | - | - | 1.0x |")
   for (n, k, engine), r in rows:
     if 'error' in r:
       print(f'| acme_impala local_mp | {engine} | {n} x {k} | '
             f'error: {r["error"]} |')
       continue
+    cpu = dict(r['cpu'])
+    parts = [cpu.pop('learner', None), cpu.pop('actor', None)]
+    idle = cpu.pop('idle', None)
+    parts += [sum(cpu.values()) if parts[0] is not None else None, idle]
     print(f"| acme_impala local_mp | {engine} | {n} x {k} | "
-          f"{r['env_sps']:.0f} | "
-          f"{r['samples_sps']:.0f} | {r['wait']:.2f} | {r['lag']:.1f} | "
-          + ('-' if FLAGS.skip_acme else f"{r['env_sps'] / base:.1f}x") +
-          ' |')
+          f"{r['env_sps']:.0f} | {r['samples_sps']:.0f} | "
+          f"{r['updates_ps']:.2f} | {r['wait']:.2f} | {r['lag']:.1f} | "
+          + ' | '.join('-' if x is None else f'{x:.2f}' for x in parts) +
+          ' | ' + ('-' if FLAGS.skip_acme else f"{r['env_sps'] / base:.1f}x")
+          + ' |')
+  print('\nCPU cores: CPU time per second of the steady state (the '
+        "learner's rows after the first quarter), summed over each kind of "
+        "node's processes and threads; other nodes: the replay server, the "
+        'counter and the coordinator; idle: the whole machine\'s idle cores.')
   failed = [f'{n} x {k} {engine}: {r["error"]}' for (n, k, engine), r in rows
             if 'error' in r]
   if failed:

@@ -262,3 +262,49 @@ def test_versioned_client_follows_a_real_learner():
   assert sum(fetches) == 3 and len(fetches) == 17
   server.stop()
   env.close()
+
+
+class _SteppingSource(_Source):
+  """A source whose learner takes a step every `interval` seconds."""
+
+  def __init__(self, variables, interval):
+    super().__init__(variables, steps=0)
+    self._start, self._interval = time.monotonic(), interval
+
+  def get_variables(self, names):
+    self.steps = int((time.monotonic() - self._start) / self._interval)
+    return super().get_variables(names)
+
+
+def test_versioned_client_paces_its_background_requests():
+  """Background requests come at most every tenth of the learner's step
+  interval (here 0.2 s: one per 20 ms) once the client has seen it step,
+  however often the actor calls update(): ~75 in 1.5 s where an unpaced
+  client would ask at every call (thousands); every new version is still
+  copied, the last one within a few tenths of a second of the source's."""
+  config = config_lib.IMPALAConfig(lstm_size=8)
+  env, _, net, server = _setup(config)
+  source = _SteppingSource([v.numpy() for v in net.variables], interval=0.2)
+  version = tf.Variable(0, dtype=tf.int64)
+  client = acting.make_variable_client(source, net, update_period=1,
+                                       policy_version=version,
+                                       versioned=True)
+  start = time.monotonic()
+  copied, calls_at_half_second = set(), None
+  while time.monotonic() - start < 2.:
+    client.update()
+    copied.add(int(version.numpy()))
+    if calls_at_half_second is None and time.monotonic() - start > 0.5:
+      calls_at_half_second = source.calls
+    time.sleep(0.0005)
+  paced = source.calls - calls_at_half_second
+  assert 10 <= paced < 300, paced
+  assert len(copied) >= 8, copied  # ~10 steps, each picked up.
+  deadline = time.monotonic() + 5
+  target = source.steps + 1
+  while int(version.numpy()) < target:
+    assert time.monotonic() < deadline, (int(version.numpy()), target)
+    client.update()
+    time.sleep(0.001)
+  server.stop()
+  env.close()

@@ -399,6 +399,39 @@ def test_multitask_goes_on_past_a_failed_seed_and_marks_it_unfinished(
                                              'unknown']
 
 
+def test_throughput_reads_each_node_kinds_cpu_from_the_supervisors_pids(
+    tmp_path):
+  # The program table's CPU columns: the pids of the supervisor's
+  # nodes.json, summed per node kind; a pid that is gone (a node between
+  # restarts) is skipped, and there is nothing before the file exists.
+  code = f'''
+import json, os, sys, time
+sys.path.insert(0, 'benchmarks')
+import throughput
+status = {str(tmp_path)!r}
+assert throughput.node_cpu_seconds(status) is None
+gone = os.fork()
+if gone == 0:
+  os._exit(0)
+os.waitpid(gone, 0)
+with open(os.path.join(status, 'nodes.json'), 'w') as f:
+  json.dump({{'learner/0': {{'pid': os.getpid()}},
+             'actor/0': {{'pid': gone}}}}, f)
+before = throughput.node_cpu_seconds(status)
+end = time.process_time() + 0.5
+while time.process_time() < end:
+  pass
+after = throughput.node_cpu_seconds(status)
+print(json.dumps([before, after]))
+'''
+  proc = subprocess.run([sys.executable, '-c', code], cwd=ROOT, text=True,
+                        capture_output=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  before, after = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert set(after) == {'learner'}, after
+  assert 0.4 <= after['learner'] - before['learner'] <= 5, (before, after)
+
+
 def test_throughput_actor_parts_time_the_loops_three_calls():
   # The 'parts' probe wraps the policy, the engine's step and the loop's
   # record in place: each must have been timed (a loop that stopped calling

@@ -106,7 +106,7 @@ class _TolerantUpdates:
 
 class VersionedVariableClient(tf2_variable_utils.VariableClient):
   """Acme's VariableClient, fetching and copying the weights only when they
-  are new.
+  are new, and asking for them at a pace set by the learner's.
 
   Each request first asks the source for its `types.WEIGHTS_VERSION` (16
   bytes); only when that differs from the version of the weights last copied
@@ -114,21 +114,48 @@ class VersionedVariableClient(tf2_variable_utils.VariableClient):
   Acme's client fetches and copies every variable at each request: with
   `update_period=1` an Atari actor pulled the shallow net's weights about
   70 times a second from a learner that changed them twice, and that traffic
-  took a third of the Pong program's env steps/s on 2 cores
-  (docs/benchmarks.md#the-atari-program-on-2-cores). The source must serve
-  `types.WEIGHTS_VERSION`, as IMPALALearner does.
+  took a fifth of the Pong program's env steps/s on 2 cores
+  (docs/benchmarks.md#the-atari-program-on-2-cores).
+
+  Background requests (`update()`) are also paced: one waits until
+  `PACE` of the learner's step interval (as observed from the versions
+  fetched, at most `MAX_PAUSE_S`) has passed since the previous one. That
+  delays new weights by at most a tenth of a learner step, and spares the
+  learner the ~90 version requests a second a Pong actor would otherwise
+  send between its updates. Blocking updates (`update(wait=True)`, an
+  evaluator's round) ask at once.
+
+  The source must serve `types.WEIGHTS_VERSION`, as IMPALALearner does.
   """
+
+  PACE = 0.1
+  MAX_PAUSE_S = 0.1
 
   def __init__(self, client: core.VariableSource,
                variables: Mapping[str, Sequence[tf.Variable]],
                update_period: int = 1):
     super().__init__(client, variables, update_period=update_period)
     self._version = None  # Of the weights last copied.
-    self._request = self._request_if_new
+    self._request = self._paced_request
+    self._last_request = -float('inf')
+    self._last_fetch = None  # (time, version) of the last fetch.
+    self._step_interval = None  # Seconds per learner step, as observed.
+
+  def update_and_wait(self):
+    self._copy(self._request_if_new())
+
+  def _paced_request(self):
+    # Runs on the client's one fetch thread: a request is sent only once
+    # the previous one has been copied, so it never runs beside `_copy`.
+    if self._step_interval is not None:
+      pause = min(self.PACE * self._step_interval, self.MAX_PAUSE_S)
+      pause -= time.monotonic() - self._last_request
+      if pause > 0:
+        time.sleep(pause)
+    return self._request_if_new()
 
   def _request_if_new(self):
-    # Runs on the client's one fetch thread, never beside `_copy`: a request
-    # is sent only once the previous one has been copied.
+    self._last_request = time.monotonic()
     client = self._client
     if self._version is not None:
       (version,), = client.get_variables([types.WEIGHTS_VERSION])
@@ -136,6 +163,13 @@ class VersionedVariableClient(tf2_variable_utils.VariableClient):
         return None
     (version,), *values = client.get_variables(
         [types.WEIGHTS_VERSION] + self._keys)
+    now = time.monotonic()
+    if self._last_fetch is not None:
+      then, previous = self._last_fetch
+      steps = int(version[1]) - int(previous[1])
+      if version[0] == previous[0] and steps > 0:
+        self._step_interval = (now - then) / steps
+    self._last_fetch = (now, version)
     return version, values
 
   def _copy(self, fetched):
