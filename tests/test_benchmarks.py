@@ -125,6 +125,7 @@ SMALL_WITH = {
     # so 20k leave it tens of steps past its compilation.
     ('benchmarks/throughput.py', '--settings=2x8,1x16,2x128'): dict(
         steps_per_run=20000),
+    ('benchmarks/throughput.py', '--settings=2x8'): dict(steps_per_run=20000),
 
     # A sweep of 2 agents sharing the replay, not 4: the sharing runs the
     # same code, at half the processes.

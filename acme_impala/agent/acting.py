@@ -112,17 +112,17 @@ class VersionedVariableClient(tf2_variable_utils.VariableClient):
   bytes); only when that differs from the version of the weights last copied
   does it fetch the variables, with their version read first, and copy them.
   Acme's client fetches and copies every variable at each request: with
-  `update_period=1` an Atari actor pulled the shallow net's weights about
-  70 times a second from a learner that changed them twice, and that traffic
-  took a fifth of the Pong program's env steps/s on 2 cores
-  (docs/benchmarks.md#the-atari-program-on-2-cores).
+  `update_period=1` a Pong actor pulled the shallow net's 4.8 MB up to once
+  per actor step (~77 a second) from a learner that changed them twice a
+  second. Without that traffic the Pong program on 2 cores runs 1.33x
+  faster (docs/benchmarks.md#the-atari-program-on-2-cores).
 
   Background requests (`update()`) are also paced: one waits until
   `PACE` of the learner's step interval (as observed from the versions
   fetched, at most `MAX_PAUSE_S`) has passed since the previous one. That
   delays new weights by at most a tenth of a learner step, and spares the
-  learner the ~90 version requests a second a Pong actor would otherwise
-  send between its updates. Blocking updates (`update(wait=True)`, an
+  learner the version requests a Pong actor would otherwise send at each
+  step (~100 a second, a tenth of that program's throughput). Blocking updates (`update(wait=True)`, an
   evaluator's round) ask at once.
 
   The source must serve `types.WEIGHTS_VERSION`, as IMPALALearner does.

@@ -155,7 +155,10 @@ class IMPALAConfig:
   # EnvPool's worker threads per actor; 0: the cores the actor process may
   # run on, at most envs_per_actor (set 1 with several actors per core).
   env_threads: int = 0
-  variable_update_period: int = 1  # Actor steps between weight refreshes.
+  # Actor steps between asks for new weights; an actor fetches them only
+  # when the learner's have changed, and its background asks are paced
+  # by the learner's steps (acting.VersionedVariableClient).
+  variable_update_period: int = 1
   record_policy_version: bool = True  # Adds extras['policy_version'].
   adder: str = 'trajectory'
 
