@@ -122,10 +122,13 @@ class VersionedVariableClient(tf2_variable_utils.VariableClient):
   fetched, at most `MAX_PAUSE_S`) has passed since the previous one. That
   delays new weights by at most a tenth of a learner step, and spares the
   learner the version requests a Pong actor would otherwise send at each
-  step (~100 a second, a tenth of that program's throughput). Blocking updates (`update(wait=True)`, an
-  evaluator's round) ask at once.
+  step (~100 a second, a tenth of that program's throughput). Blocking
+  updates (`update(wait=True)`, an evaluator's round) ask at once.
 
   The source must serve `types.WEIGHTS_VERSION`, as IMPALALearner does.
+  It overrides Acme 0.4.0's `_request` and `_copy` and reads `_client` and
+  `_keys` (Acme's client has no hook to skip a fetch or a copy); its
+  failures are handled as Acme's (`compat.forget_failed_variable_update`).
   """
 
   PACE = 0.1
