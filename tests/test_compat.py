@@ -1,5 +1,7 @@
 """The Sonnet/Acme workarounds of agent/compat.py that compute something."""
 
+import time
+
 import numpy as np
 import pytest
 import sonnet as snt
@@ -77,3 +79,50 @@ def test_rmsprop_apply_refuses_what_it_does_not_compute():
   with pytest.raises(ValueError, match='create_rmsprop_slots'):
     compat.rmsprop_apply(without_slots, [tf.zeros_like(v) for v in variables],
                          variables)
+
+
+class _Source:
+  def __init__(self, values):
+    self.values, self.asked = values, []
+
+  def get_variables(self, names):
+    self.asked.append(list(names))
+    return [self.values[n] for n in names]
+
+
+def test_hooked_variable_client_runs_its_hooks_where_acme_runs_its_own():
+  """Acme 0.4.0's VariableClient calls its private `_request` and `_copy`;
+  the hooked client must see `fetch` (blocking or not) and `copy` on both
+  of Acme's paths, and by default fetch and copy as Acme does. An Acme whose
+  client changed those names fails here first."""
+  weights = [tf.Variable(tf.zeros([2])), tf.Variable(tf.zeros([3]))]
+  steps = [tf.Variable(0, dtype=tf.int64)]
+  source = _Source({'policy': [np.ones(2), np.full(3, 2.)],
+                    'learner_steps': [np.int64(7)]})
+  calls = []
+
+  class Spy(compat.HookedVariableClient):
+
+    def fetch(self, blocking):
+      calls.append(('fetch', blocking))
+      return super().fetch(blocking)
+
+    def copy(self, fetched):
+      calls.append(('copy', len(fetched)))
+      super().copy(fetched)
+
+  client = Spy(source, {'policy': weights, 'learner_steps': steps})
+  client.update(wait=True)
+  assert calls == [('fetch', True), ('copy', 2)]
+  assert source.asked == [['policy', 'learner_steps']]
+  np.testing.assert_array_equal(weights[1].numpy(), [2., 2., 2.])
+  assert int(steps[0].numpy()) == 7
+
+  weights[0].assign(tf.zeros([2]))
+  deadline = time.time() + 30
+  while len(calls) < 4:
+    assert time.time() < deadline, calls
+    client.update()
+    time.sleep(0.001)
+  assert calls[2:4] == [('fetch', False), ('copy', 2)]
+  np.testing.assert_array_equal(weights[0].numpy(), [1., 1.])

@@ -104,7 +104,7 @@ class _TolerantUpdates:
       self._failing_since, self._failures, self._last_log = None, 0, 0.
 
 
-class VersionedVariableClient(tf2_variable_utils.VariableClient):
+class VersionedVariableClient(compat.HookedVariableClient):
   """Acme's VariableClient, fetching and copying the weights only when they
   are new, and asking for them at a pace set by the learner's.
 
@@ -126,9 +126,6 @@ class VersionedVariableClient(tf2_variable_utils.VariableClient):
   updates (`update(wait=True)`, an evaluator's round) ask at once.
 
   The source must serve `types.WEIGHTS_VERSION`, as IMPALALearner does.
-  It overrides Acme 0.4.0's `_request` and `_copy` and reads `_client` and
-  `_keys` (Acme's client has no hook to skip a fetch or a copy); its
-  failures are handled as Acme's (`compat.forget_failed_variable_update`).
   """
 
   PACE = 0.1
@@ -139,33 +136,26 @@ class VersionedVariableClient(tf2_variable_utils.VariableClient):
                update_period: int = 1):
     super().__init__(client, variables, update_period=update_period)
     self._version = None  # Of the weights last copied.
-    self._request = self._paced_request
     self._last_request = -float('inf')
     self._last_fetch = None  # (time, version) of the last fetch.
     self._step_interval = None  # Seconds per learner step, as observed.
 
-  def update_and_wait(self):
-    self._copy(self._request_if_new())
-
-  def _paced_request(self):
-    # Runs on the client's one fetch thread: a request is sent only once
-    # the previous one has been copied, so it never runs beside `_copy`.
-    if self._step_interval is not None:
+  def fetch(self, blocking: bool):
+    """(version, values) of new weights, or None if they are not new."""
+    # A background fetch runs on the client's one fetch thread, and only
+    # once the previous one has been copied: never beside `copy`.
+    if not blocking and self._step_interval is not None:
       pause = min(self.PACE * self._step_interval, self.MAX_PAUSE_S)
       pause -= time.monotonic() - self._last_request
       if pause > 0:
         time.sleep(pause)
-    return self._request_if_new()
-
-  def _request_if_new(self):
     self._last_request = time.monotonic()
-    client = self._client
     if self._version is not None:
-      (version,), = client.get_variables([types.WEIGHTS_VERSION])
+      (version,), = self.source.get_variables([types.WEIGHTS_VERSION])
       if np.array_equal(version, self._version):
         return None
-    (version,), *values = client.get_variables(
-        [types.WEIGHTS_VERSION] + self._keys)
+    (version,), *values = self.source.get_variables(
+        [types.WEIGHTS_VERSION] + self.groups)
     now = time.monotonic()
     if self._last_fetch is not None:
       then, previous = self._last_fetch
@@ -175,11 +165,11 @@ class VersionedVariableClient(tf2_variable_utils.VariableClient):
     self._last_fetch = (now, version)
     return version, values
 
-  def _copy(self, fetched):
+  def copy(self, fetched) -> None:
     if fetched is None:
       return
     version, values = fetched
-    super()._copy(values)
+    self.assign(values)
     self._version = version
 
 

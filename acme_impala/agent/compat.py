@@ -5,8 +5,9 @@ Each function says which private attribute it uses and why no public API
 serves.
 """
 
-from typing import List, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
+from acme.tf import variable_utils as tf2_variable_utils
 import tensorflow as tf
 
 
@@ -48,6 +49,41 @@ def variable_update_idle(client) -> bool:
   """True when an Acme `VariableClient` has no fetch in flight (its
   `_future` is None: the last one completed and was copied)."""
   return client._future is None  # pylint: disable=protected-access
+
+
+class HookedVariableClient(tf2_variable_utils.VariableClient):
+  """Acme 0.4.0's VariableClient with public hooks for what a request
+  fetches and what is done with it.
+
+  Acme's `update()` runs its private `_request` (on its fetch thread, or
+  the caller's for `update(wait=True)`) and hands the result to its private
+  `_copy`; Acme offers no public way to skip a fetch or a copy. Here they
+  call `fetch(blocking)` and `copy(fetched)`, whose defaults do what Acme's
+  do; `assign(values)` is Acme's copy of fetched values into the variables.
+  """
+
+  def __init__(self, source, variables: Mapping[str, Sequence[tf.Variable]],
+               update_period: int = 1):
+    super().__init__(source, variables, update_period=update_period)
+    self.source = source
+    self.groups = list(variables)
+    self._request = lambda: self.fetch(blocking=False)
+
+  def fetch(self, blocking: bool):
+    del blocking
+    return self.source.get_variables(self.groups)
+
+  def copy(self, fetched) -> None:
+    self.assign(fetched)
+
+  def assign(self, values) -> None:
+    super()._copy(values)
+
+  def update_and_wait(self):
+    self._copy(self.fetch(blocking=True))
+
+  def _copy(self, fetched):
+    self.copy(fetched)
 
 
 def create_rmsprop_slots(optimizer, variables: Sequence[tf.Variable],
