@@ -107,15 +107,23 @@ class _Source(acme.VariableSource):
     return [groups[n] for n in names]
 
 
-def test_variable_client_refreshes_weights_and_version():
-  config = config_lib.IMPALAConfig(lstm_size=8)
-  env, spec, net, server = _setup(config)
-  new_weights = [np.full(v.shape, 0.01, v.dtype.as_numpy_dtype)
-                 for v in net.variables]
-  source = _Source(new_weights, steps=42)
+def _client_of_a_source(steps, update_period, versioned=False):
+  """A variable client of a fresh network on a _Source serving 0.01 for
+  every weight: (env, net, server, source, policy version, client)."""
+  env, _, net, server = _setup(config_lib.IMPALAConfig(lstm_size=8))
+  served = [np.full(v.shape, 0.01, v.dtype.as_numpy_dtype)
+            for v in net.variables]
+  source = _Source(served, steps=steps)
   version = tf.Variable(0, dtype=tf.int64)
-  client = acting.make_variable_client(source, net, update_period=10,
-                                       policy_version=version)
+  client = acting.make_variable_client(source, net, update_period,
+                                       policy_version=version,
+                                       versioned=versioned)
+  return env, net, server, source, version, client
+
+
+def test_variable_client_refreshes_weights_and_version():
+  _, net, server, source, version, client = _client_of_a_source(
+      steps=42, update_period=10)
   actor = acting.IMPALAActor(net, None, client, policy_version=version)
   for _ in range(9):
     actor.update()
@@ -190,15 +198,8 @@ def test_versioned_client_copies_only_weights_it_has_not_copied():
   unchanged version, a new step count or a new epoch (another learner
   process, PBT's copy) at the same step brings the source's weights back.
   Blocking and background updates alike."""
-  config = config_lib.IMPALAConfig(lstm_size=8)
-  env, spec, net, server = _setup(config)
-  served = [np.full(v.shape, 0.01, v.dtype.as_numpy_dtype)
-            for v in net.variables]
-  source = _Source(served, steps=3)
-  version = tf.Variable(0, dtype=tf.int64)
-  client = acting.make_variable_client(source, net, update_period=1,
-                                       policy_version=version,
-                                       versioned=True)
+  env, net, server, source, version, client = _client_of_a_source(
+      steps=3, update_period=1, versioned=True)
   assert isinstance(client, acting.VersionedVariableClient)
   client.update(wait=True)
   assert (source.calls, source.policy_fetches) == (1, 1)

@@ -335,10 +335,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     self._stepped = False
     # While `warm_up` runs: what get_variables serves.
     self._before_warm_up = None
-    # With the step count, the version of the served weights: drawn anew by
-    # this process and whenever weights change outside a step, so that a
-    # (process, step) pair an actor has seen never names other weights.
-    self._weights_epoch = secrets.randbits(62)
+    self._new_weights_epoch()
     self._last_time = None
     self._wait_time = 0.
     self._busy_time = 0.
@@ -648,6 +645,13 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
           (v for k, v in counts.items() if k.endswith(key)), 0)
     self._logger.write(metrics)
 
+  def _new_weights_epoch(self) -> None:
+    """With the step count, the epoch is the version of the served weights:
+    drawn anew by this process and whenever weights change outside a step,
+    so that a (epoch, step) pair an actor has seen never names other
+    weights."""
+    self._weights_epoch = secrets.randbits(62)
+
   def _weights_version(self) -> List[np.ndarray]:
     return [np.array([self._weights_epoch, self._num_steps.numpy()],
                      np.int64)]
@@ -734,7 +738,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
                                list(state['network']) +
                                list(state['optimizer'])):
       variable.assign(value)
-    self._weights_epoch = secrets.randbits(62)
+    self._new_weights_epoch()
     self.set_hyperparameters(state['hyperparameters'])
     return self.training_state_digest()
 
@@ -772,7 +776,7 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
       raise replicas.GroupBroken(
           f'replica {group.index} of {group.size} at start-up: '
           f'{type(error).__name__}: {error}') from error
-    self._weights_epoch = secrets.randbits(62)
+    self._new_weights_epoch()
     return self.training_state_digest()
 
   @property
