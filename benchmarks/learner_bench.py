@@ -569,16 +569,21 @@ def _breakdown_parts(config, spec, sample):
       out = tf.reduce_sum(torso(flat_frames))
     return tape.gradient(out, torso.trainable_variables)
 
+  def unroll():
+    # The learner's way: the batch-major observations embedded as they
+    # come, then the recurrence and heads over time.
+    embeddings = net.embed_sequence(sample.data.observation, batch_major=True)
+    (logits, values), _ = net.unroll_embedded(embeddings, state, start)
+    return tf.reduce_sum(logits) + tf.reduce_sum(values)
+
   @tf.function(autograph=False)
   def unroll_forward():
-    (logits, values), _ = net.unroll(data.observation, state, start)
-    return tf.reduce_sum(logits) + tf.reduce_sum(values)
+    return unroll()
 
   @tf.function(autograph=False)
   def unroll_backward():
     with tf.GradientTape() as tape:
-      (logits, values), _ = net.unroll(data.observation, state, start)
-      out = tf.reduce_sum(logits) + tf.reduce_sum(values)
+      out = unroll()
     return tape.gradient(out, net.trainable_variables)
 
   t, b = data.reward.shape[0] - 1, config.batch_size

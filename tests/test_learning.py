@@ -14,6 +14,7 @@ import gymnasium
 import numpy as np
 import pytest
 import reverb
+import sonnet as snt
 import tensorflow as tf
 import tree
 
@@ -231,10 +232,27 @@ def test_training_state_copy_makes_the_target_continue_as_the_source(
     target.set_training_state(wrong)
 
 
+class _UnrollOnly(snt.Module):
+  """A network with `unroll` alone, as a user's may be: the learner hands
+  it the batch transposed to time-major instead of embedding the frames
+  batch-major (IMPALANetwork's `embed_sequence`)."""
+
+  def __init__(self, net):
+    super().__init__(name='unroll_only')
+    self._net = net
+
+  def unroll(self, inputs, state, start_of_episode):
+    return self._net.unroll(inputs, state, start_of_episode)
+
+  def initial_state(self, batch_size):
+    return self._net.initial_state(batch_size)
+
+
 def test_compile_modes_agree(filled_queue):
-  """XLA and the ops' threading must not change the maths: two updates from
-  the same weights and batch give the same new weights in every compile
-  mode, with each op on one thread or on TensorFlow's pool."""
+  """XLA, the ops' threading and the batch-major torso must not change the
+  maths: two updates from the same weights and batch give the same new
+  weights in every compile mode, with each op on one thread or on
+  TensorFlow's pool, and for a network the learner can only `unroll`."""
   server, spec, config = filled_queue
   batch = _batches(server, 1)[0]
   results = {}
@@ -243,14 +261,16 @@ def test_compile_modes_agree(filled_queue):
   for threads in (0, 1):
     runs[f'threads={threads}'] = config.replace(
         learner_intra_op_threads=threads)
+  runs['unroll only'] = config
   for mode, cfg in runs.items():
     net = _network(cfg, spec, seed=1)
-    learner = learning.IMPALALearner(net, iter([batch, batch]), cfg,
+    learner_net = _UnrollOnly(net) if mode == 'unroll only' else net
+    learner = learning.IMPALALearner(learner_net, iter([batch, batch]), cfg,
                                      logger=loggers.InMemoryLogger())
     learner.step()
     learner.step()
     results[mode] = [v.numpy() for v in net.trainable_variables]
-  for mode in ('full', 'none', 'threads=0', 'threads=1'):
+  for mode in ('full', 'none', 'threads=0', 'threads=1', 'unroll only'):
     for a, b in zip(results['vtrace_and_optimizer'], results[mode]):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 

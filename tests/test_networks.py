@@ -189,6 +189,40 @@ def test_unroll_matches_step_by_step_with_resets():
                              atol=1e-6)
 
 
+@pytest.mark.parametrize('name,obs_shape', [
+    ('shallow', (84, 84, 4)), ('mlp_lstm', (4,))])
+def test_batch_major_embedding_unrolls_as_the_time_major_one(name, obs_shape):
+  """The learner's path (embed the [B, T, ...] batch as it comes, then
+  `unroll_embedded`) gives the time-major `unroll`'s logits, values and
+  final state: each step's embedding is the same, only its place moves."""
+  tf.random.set_seed(0)
+  config = config_lib.IMPALAConfig(network=name, lstm_size=16)
+  net = networks.make_network(config, num_actions=3)
+  t, b = 4, 3
+  rng = np.random.default_rng(2)
+  obs = rng.integers(0, 256, (b, t) + obs_shape).astype(np.uint8)
+  batch_major = OAR(observation=tf.constant(obs),
+                    action=tf.constant(rng.integers(0, 3, (b, t)), tf.int32),
+                    reward=tf.constant(rng.normal(size=(b, t)), tf.float32))
+  time_major = tf.nest.map_structure(
+      lambda x: tf.constant(np.swapaxes(x.numpy(), 0, 1)), batch_major)
+  start = np.zeros((t, b), bool)
+  start[2, 1] = True
+  state0 = tf.nest.map_structure(lambda s: s + 0.3, net.initial_state(b))
+
+  embeddings = net.embed_sequence(batch_major, batch_major=True)
+  assert embeddings.shape[:2] == (t, b)
+  np.testing.assert_allclose(embeddings.numpy(),
+                             net.embed_sequence(time_major).numpy(),
+                             rtol=1e-5, atol=1e-6)
+  got = net.unroll_embedded(embeddings, state0, tf.constant(start))
+  want = net.unroll(time_major, state0, tf.constant(start))
+  for g, w in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+  # Steps really differ, so that a wrong transposition would show.
+  assert not np.allclose(embeddings[0].numpy(), embeddings[1].numpy())
+
+
 def test_reward_is_clipped_and_action_one_hot():
   config = config_lib.IMPALAConfig(lstm_size=8)
   net = networks.make_network(config, num_actions=3)
