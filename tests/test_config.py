@@ -79,6 +79,7 @@ def test_the_atari_preset_keeps_the_papers_optimiser_with_the_summed_loss():
     ('clip_rho_threshold', 0.0, 'None'),
     ('mlp_hidden_sizes', (), 'positive integers'),
     ('lr_anneal_steps', 0, 'integer'),
+    ('lr_anneal_min_actor_steps', 0, 'integer'),
 ])
 def test_bad_value_names_field_value_and_range(field, value, expected):
   with pytest.raises(config_lib.ConfigError) as info:
@@ -135,6 +136,10 @@ def test_learner_steps_for_counts_online_rows_only():
   assert annealed.replace(lr_anneal_steps=5).with_annealing_horizon(
       800_000).lr_anneal_steps == 5
   assert laser.with_annealing_horizon(800_000).lr_anneal_steps is None
+  # A minimum horizon in actor steps lengthens a shorter budget only.
+  floor = annealed.replace(lr_anneal_min_actor_steps=1_000_000)
+  assert floor.with_annealing_horizon(800_000).lr_anneal_steps == 100_000
+  assert floor.with_annealing_horizon(2_000_000).lr_anneal_steps == 200_000
 
 
 def test_replay_only_rejects_what_needs_online_rows():

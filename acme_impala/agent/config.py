@@ -130,6 +130,11 @@ class IMPALAConfig:
   # (Table G.1: "anneal linearly to 0 from beginning to end of training"),
   # see learner_steps_for.
   anneal_learning_rate: bool = False
+  # With anneal_learning_rate: anneal over at least this many actor steps,
+  # whatever the budget. A run shorter than the paper's then follows the
+  # first part of the paper's schedule instead of squeezing all of it into
+  # its budget (None: over the budget).
+  lr_anneal_min_actor_steps: Optional[int] = None
 
   # Learner mechanics.
   compile_mode: str = 'none'
@@ -245,6 +250,7 @@ class IMPALAConfig:
                  open_low=True)
     _check_int(self, 'lr_anneal_steps', 1, None, allow_none=True)
     _check_bool(self, 'anneal_learning_rate')
+    _check_int(self, 'lr_anneal_min_actor_steps', 1, None, allow_none=True)
     _check_int(self, 'envs_per_actor', 1, 1024)
     _check_choice(self, 'env_engine', ENV_ENGINES)
     _check_int(self, 'env_threads', 0, 1024)
@@ -351,10 +357,12 @@ class IMPALAConfig:
 
   def with_annealing_horizon(self, actor_steps: int) -> 'IMPALAConfig':
     """This config with `lr_anneal_steps` set from an actor-step budget
-    when `anneal_learning_rate` asks for it and none is given."""
+    (or `lr_anneal_min_actor_steps`, if larger) when `anneal_learning_rate`
+    asks for it and none is given."""
     if not self.anneal_learning_rate or self.lr_anneal_steps is not None:
       return self
-    return self.replace(lr_anneal_steps=self.learner_steps_for(actor_steps))
+    horizon = max(int(actor_steps), self.lr_anneal_min_actor_steps or 0)
+    return self.replace(lr_anneal_steps=self.learner_steps_for(horizon))
 
   @property
   def sequence_length(self) -> int:
