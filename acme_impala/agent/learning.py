@@ -255,6 +255,9 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
         training state. None: one learner.
     """
     self._network = network
+    # IMPALANetwork splits its torso from its recurrence: the learner then
+    # embeds the batch-major observations (see `_unroll_inputs`).
+    self._embeds_batch_major = hasattr(network, 'unroll_embedded')
     self._iterator = iterator
     self._config = config
     self._agent_id = agent_id
@@ -493,13 +496,13 @@ class IMPALALearner(acme.Learner, tf2_savers.TFSaveable):
     observations [B, T+1, ...]: a network that splits its torso from its
     recurrence (IMPALANetwork) embeds them batch-major, without
     transposing the frames; any other network gets them transposed."""
-    if hasattr(self._network, 'unroll_embedded'):
+    if self._embeds_batch_major:
       return self._network.embed_sequence(observation, batch_major=True)
     return tf2_utils.batch_to_sequence(observation)
 
   def _unroll(self, inputs, core_state, start):
     """The network over `_unroll_inputs`'s [T, B, ...] (or a time slice)."""
-    if hasattr(self._network, 'unroll_embedded'):
+    if self._embeds_batch_major:
       return self._network.unroll_embedded(inputs, core_state, start)
     return self._network.unroll(inputs, core_state, start)
 
