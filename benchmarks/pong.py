@@ -16,7 +16,10 @@ evaluator) for each seed to `--max_actor_steps` agent steps (frame skip 4:
 Evidence of direction on a 2-core machine, not a goal (issue 37). A finished
 run leaves `benchmark_run.json` in `--logroot/s<seed>` and is not run again;
 `--summarize_only` redraws from the finished runs there (--seeds and every
-other seed finished there with the same settings).
+other seed finished there with the same settings). A seed of --seeds with
+no finished run there but with its `pong_s<seed>.csv` in `--outdir` (a run
+made on another machine) is summarised from that CSV: its curves are the
+CSV's grid points, and its settings are not checked.
 
   python benchmarks/pong.py --seeds=0 --max_actor_steps=2000000
   python benchmarks/pong.py --summarize_only
@@ -123,10 +126,43 @@ def _draw(per_seed, path):
   fig.savefig(path)
 
 
+def _csv_path(seed):
+  return os.path.join(FLAGS.outdir, f'pong_s{seed}.csv')
+
+
+def seed_from_csv(path):
+  """(columns, training curve, evaluator curve, record) from a per-seed CSV
+  this script wrote; the curves are its grid points."""
+  with open(path, newline='') as f:
+    rows = list(csv.DictReader(f))
+  if not rows:
+    raise SystemExit(f'pong.py: {path} has no rows; expected the per-seed '
+                     'CSV this script writes.')
+  columns = {k: np.array([float(r[k]) for r in rows]) for k in _CSV_KEYS}
+  steps = columns['env_steps']
+  train = columns['train_return_mean100']
+  evaluation = columns['eval_return_mean10']
+  record = dict(commit=rows[-1]['commit'], cpu=rows[-1]['cpu'],
+                wall_seconds=float(columns['wall_seconds'][-1]))
+  return (columns, (steps[~np.isnan(train)], train[~np.isnan(train)]),
+          (steps[~np.isnan(evaluation)], evaluation[~np.isnan(evaluation)]),
+          record)
+
+
+_CSV_KEYS = ['env_steps', 'wall_seconds', 'train_return_mean100',
+             'eval_return_mean10', 'learner_steps']
+
+
 def summarize():
-  per_seed = {}
+  per_seed, from_csv = {}, []
   for seed in program_runs.with_finished_seeds(FLAGS.seeds, FLAGS.logroot):
     record = program_runs.finished(_logdir(seed))
+    if record is None and os.path.exists(_csv_path(seed)):
+      print(f'pong.py: seed {seed} from {_csv_path(seed)} (no finished run '
+            f'under {FLAGS.logroot}; its settings are not checked).')
+      per_seed[seed] = seed_from_csv(_csv_path(seed))
+      from_csv.append(seed)
+      continue
     if record is None:
       print(f'pong.py: no finished run of seed {seed} under {FLAGS.logroot}; '
             'left out.')
@@ -143,9 +179,10 @@ def summarize():
   if not per_seed:
     raise SystemExit('pong.py: nothing to summarise.')
   os.makedirs(FLAGS.outdir, exist_ok=True)
-  keys = ['env_steps', 'wall_seconds', 'train_return_mean100',
-          'eval_return_mean10', 'learner_steps']
+  keys = _CSV_KEYS
   for seed, (columns, _, _, record) in per_seed.items():
+    if seed in from_csv:
+      continue
     with open(os.path.join(FLAGS.outdir, f'pong_s{seed}.csv'), 'w',
               newline='') as f:
       writer = csv.writer(f)
@@ -172,6 +209,9 @@ def summarize():
           f'{"not reached" if reach is None else f"{reach:,.0f}"} | '
           f'{wall / 60:.1f} | {steps / wall:,.0f} | '
           f'{record.get("commit")} | {record.get("cpu")} |')
+  if from_csv:
+    print(f'\nSeed(s) {", ".join(from_csv)}: from the CSV in {FLAGS.outdir} '
+          '(curves at its grid points).')
   print('\nReferences: ' + '; '.join(label for label, _, _ in REFERENCES) +
         '.')
 

@@ -306,6 +306,34 @@ def test_pbt_names_its_failed_runs_when_none_finished(tmp_path):
   assert 'nothing to summarise' not in out, out
 
 
+def test_pong_summarises_a_seed_run_elsewhere_from_its_csv(tmp_path):
+  """A seed with no run directory here but with its per-seed CSV in
+  --outdir (a run made on another machine) is tabulated and drawn from that
+  CSV, which is left as it was."""
+  out = tmp_path / 'out'
+  out.mkdir()
+  rows = [(0, 0, 'nan', 'nan', 1), (1000, 10, -20.5, -21, 2),
+          (2000, 20, 18.5, 17, 3), (3000, 30, 19.25, 20, 4)]
+  path = out / 'pong_s7.csv'
+  with open(path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['env_steps', 'wall_seconds', 'train_return_mean100',
+                     'eval_return_mean10', 'learner_steps', 'commit', 'cpu'])
+    for row in rows:
+      writer.writerow(list(row) + ['abc1234', 'Some CPU'])
+  before = path.read_bytes()
+  rc, text = _script_run('pong.py', '--summarize_only', '--seeds=7',
+                         f'--logroot={tmp_path}/runs', f'--outdir={out}')
+  assert rc == 0, text
+  # Final training and evaluator means, first reach of 18 (at 2000 env
+  # steps), 30 s = 0.5 min, 3000 / 30 = 100 env steps/s.
+  assert ('| 7 | 3,000 | 19.2 | 20.0 | 2,000 | 0.5 | 100 | abc1234 | '
+          'Some CPU |') in text, text
+  assert 'Seed(s) 7: from the CSV' in text, text
+  assert path.read_bytes() == before
+  assert (out / 'pong.png').stat().st_size > 0
+
+
 def _finished_sweep(logdir, record, returns):
   """A finished sweep's files as pbt.py reads them: its benchmark_run.json
   and each agent's actor episodes (agent i's return: returns[i])."""
