@@ -344,6 +344,7 @@ def _bench_network(label, overrides, plan, budget_s, warm_up, modes):
                                             target_s)
   background = any(t.is_alive() for t in abandoned)
   # Each of `last` alone, after the others: not interleaved with them.
+  timed_alone = sorted(last)
   first_steps(last)
   for name, learner in last.items():
     alone_s, alone_repeats = _median_step_s({name: learner}, warmup, rounds,
@@ -355,7 +356,7 @@ def _bench_network(label, overrides, plan, budget_s, warm_up, modes):
               rounds=rounds, warmup=warmup, fill_s=fill_s,
               env_steps=env_steps, warm_up_s=warm_up_s, abandoned=abandoned,
               timed_with_background_compile=background,
-              timed_alone=sorted(last),
+              timed_alone=timed_alone,
               shape=tuple(sample.data.action.shape))
 
 
@@ -407,7 +408,8 @@ def _print_report(results, budget_s, total_s):
     if res['timed_alone']:
       print(f'  {", ".join(res["timed_alone"])}: first step and timing after '
             'the others, alone, not interleaved (on an Intel CPU with AMX '
-            'its first step was seen to hang in oneDNN).')
+            'its first step was seen to hang in oneDNN; a hang at its first '
+            'step costs its row only, one later would stop this process).')
     if res['timed_with_background_compile']:
       print(f'  Note: an abandoned over-budget compilation was still running '
             f'while {res["label"]} was timed; its timings are pessimistic.')

@@ -17,9 +17,10 @@ Evidence of direction on a 2-core machine, not a goal (issue 37). A finished
 run leaves `benchmark_run.json` in `--logroot/s<seed>` and is not run again;
 `--summarize_only` redraws from the finished runs there (--seeds and every
 other seed finished there with the same settings). A seed of --seeds with
-no finished run there but with its `pong_s<seed>.csv` in `--outdir` (a run
-made on another machine) is summarised from that CSV: its curves are the
-CSV's grid points, and its settings are not checked.
+no run directory there but with its `pong_s<seed>.csv` in `--outdir` (a run
+made on another machine) is summarised from that CSV if it ends at
+--max_actor_steps: its curves are the CSV's grid points, and its other
+settings are not checked.
 
   python benchmarks/pong.py --seeds=0 --max_actor_steps=2000000
   python benchmarks/pong.py --summarize_only
@@ -157,10 +158,16 @@ def summarize():
   per_seed, from_csv = {}, []
   for seed in program_runs.with_finished_seeds(FLAGS.seeds, FLAGS.logroot):
     record = program_runs.finished(_logdir(seed))
-    if record is None and os.path.exists(_csv_path(seed)):
-      print(f'pong.py: seed {seed} from {_csv_path(seed)} (no finished run '
-            f'under {FLAGS.logroot}; its settings are not checked).')
-      per_seed[seed] = seed_from_csv(_csv_path(seed))
+    if not os.path.isdir(_logdir(seed)) and os.path.exists(_csv_path(seed)):
+      from_file = seed_from_csv(_csv_path(seed))
+      last = from_file[0]['env_steps'][-1]
+      if abs(last - FLAGS.max_actor_steps) > 0.02 * FLAGS.max_actor_steps:
+        print(f'pong.py: {_csv_path(seed)} ends at {last:,.0f} env steps, '
+              f'not --max_actor_steps={FLAGS.max_actor_steps:,}; left out.')
+        continue
+      print(f'pong.py: seed {seed} from {_csv_path(seed)} (no run directory '
+            f'under {FLAGS.logroot}; its other settings are not checked).')
+      per_seed[seed] = from_file
       from_csv.append(seed)
       continue
     if record is None:
@@ -210,8 +217,10 @@ def summarize():
           f'{wall / 60:.1f} | {steps / wall:,.0f} | '
           f'{record.get("commit")} | {record.get("cpu")} |')
   if from_csv:
-    print(f'\nSeed(s) {", ".join(from_csv)}: from the CSV in {FLAGS.outdir} '
-          '(curves at its grid points).')
+    print(f'\nSeed(s) {", ".join(from_csv)}: from the CSV in {FLAGS.outdir}: '
+          'curves and env steps to the target at its grid points; wall '
+          'minutes from the learner\'s first step to the last point (the '
+          'other rows: the whole run, start-up included).')
   print('\nReferences: ' + '; '.join(label for label, _, _ in REFERENCES) +
         '.')
 

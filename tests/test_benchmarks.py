@@ -323,6 +323,7 @@ def test_pong_summarises_a_seed_run_elsewhere_from_its_csv(tmp_path):
       writer.writerow(list(row) + ['abc1234', 'Some CPU'])
   before = path.read_bytes()
   rc, text = _script_run('pong.py', '--summarize_only', '--seeds=7',
+                         '--max_actor_steps=3000',
                          f'--logroot={tmp_path}/runs', f'--outdir={out}')
   assert rc == 0, text
   # Final training and evaluator means, first reach of 18 (at 2000 env
@@ -332,6 +333,12 @@ def test_pong_summarises_a_seed_run_elsewhere_from_its_csv(tmp_path):
   assert 'Seed(s) 7: from the CSV' in text, text
   assert path.read_bytes() == before
   assert (out / 'pong.png').stat().st_size > 0
+  # Run to another budget: left out, by name.
+  rc, text = _script_run('pong.py', '--summarize_only', '--seeds=7',
+                         '--max_actor_steps=5000',
+                         f'--logroot={tmp_path}/runs', f'--outdir={out}')
+  assert rc != 0, text
+  assert 'ends at 3,000 env steps, not --max_actor_steps=5,000' in text, text
 
 
 def _finished_sweep(logdir, record, returns):
