@@ -138,7 +138,7 @@ class RunCurve:
 
 
 class CsvCurve:
-  """The same from a per-seed CSV (`_write_csv`): its grid points, each a
+  """The same from a per-seed CSV (`program_runs.write_grid_csv`): its grid points, each a
   mean over the last 100 episodes (the first point, at 0 steps, left out)."""
 
   def __init__(self, path):
@@ -268,18 +268,6 @@ def seed_curve(logdir):
               episodes=len(t_steps))
 
 
-def _write_csv(path, columns, record):
-  """One row per grid point, each naming the run's commit and CPU."""
-  keys = ['env_steps', 'wall_seconds', 'train_return_mean100',
-          'eval_return_mean10', 'learner_steps']
-  with open(path, 'w', newline='') as f:
-    writer = csv.writer(f)
-    writer.writerow(keys + ['commit', 'cpu'])
-    for row in zip(*(columns[k] for k in keys)):
-      writer.writerow([f'{v:.6g}' for v in row] +
-                      [record['commit'], record['cpu']])
-
-
 def _label(program_flags):
   """What the runs are: the preset and the flags added to it."""
   return ' '.join(['--config=minatar'] + list(program_flags))
@@ -351,8 +339,9 @@ def summarize(records):
     runs = [(r, seed_curve(_logdir(game, r['seed']))) for r in records
             if r['game'] == game]
     for r, c in runs:
-      _write_csv(os.path.join(FLAGS.outdir,
-                              f'minatar_{game}_s{r["seed"]}.csv'), c, r)
+      program_runs.write_grid_csv(
+          os.path.join(FLAGS.outdir, f'minatar_{game}_s{r["seed"]}.csv'), c,
+          r)
     runs = sorted(runs + kept_seeds(game, {int(r['seed']) for r, _ in runs}),
                   key=lambda run: int(run[0]['seed']))
     if not runs:

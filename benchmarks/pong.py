@@ -139,7 +139,8 @@ def seed_from_csv(path):
   if not rows:
     raise SystemExit(f'pong.py: {path} has no rows; expected the per-seed '
                      'CSV this script writes.')
-  columns = {k: np.array([float(r[k]) for r in rows]) for k in _CSV_KEYS}
+  columns = {k: np.array([float(r[k]) for r in rows])
+             for k in program_runs.GRID_KEYS}
   steps = columns['env_steps']
   train = columns['train_return_mean100']
   evaluation = columns['eval_return_mean10']
@@ -150,14 +151,9 @@ def seed_from_csv(path):
           record)
 
 
-_CSV_KEYS = ['env_steps', 'wall_seconds', 'train_return_mean100',
-             'eval_return_mean10', 'learner_steps']
-
-
 def summarize():
   per_seed, from_csv = {}, []
   for seed in program_runs.with_finished_seeds(FLAGS.seeds, FLAGS.logroot):
-    record = program_runs.finished(_logdir(seed))
     if not os.path.isdir(_logdir(seed)) and os.path.exists(_csv_path(seed)):
       from_file = seed_from_csv(_csv_path(seed))
       last = from_file[0]['env_steps'][-1]
@@ -170,6 +166,7 @@ def summarize():
       per_seed[seed] = from_file
       from_csv.append(seed)
       continue
+    record = program_runs.finished(_logdir(seed))
     if record is None:
       print(f'pong.py: no finished run of seed {seed} under {FLAGS.logroot}; '
             'left out.')
@@ -186,17 +183,9 @@ def summarize():
   if not per_seed:
     raise SystemExit('pong.py: nothing to summarise.')
   os.makedirs(FLAGS.outdir, exist_ok=True)
-  keys = _CSV_KEYS
   for seed, (columns, _, _, record) in per_seed.items():
-    if seed in from_csv:
-      continue
-    with open(os.path.join(FLAGS.outdir, f'pong_s{seed}.csv'), 'w',
-              newline='') as f:
-      writer = csv.writer(f)
-      writer.writerow(keys + ['commit', 'cpu'])
-      for row in zip(*(columns[k] for k in keys)):
-        writer.writerow([f'{v:.6g}' for v in row] +
-                        [record.get('commit'), record.get('cpu')])
+    if seed not in from_csv:
+      program_runs.write_grid_csv(_csv_path(seed), columns, record)
   _draw(per_seed, os.path.join(FLAGS.outdir, 'pong.png'))
   print(f'\npong.py at {provenance.stamp()}: programs/impala_lp.py '
         f'--config=atari {" ".join(FLAGS.program_flags)}, '

@@ -4,6 +4,7 @@ benchmark resumes where it stopped (`benchmarks/minatar.py`,
 `benchmarks/multitask.py`, `benchmarks/pbt.py`); and a program run with a
 time limit that lets the launcher stop its nodes (`run_program`)."""
 
+import csv
 import glob
 import json
 import os
@@ -49,6 +50,23 @@ def with_finished_seeds(seeds, logroot: str, prefixes=('',)):
         seeds.append(seed)
   return sorted(seeds, key=lambda s: (not s.isdigit(),
                                       int(s) if s.isdigit() else 0, s))
+
+
+# Columns of a per-seed CSV of learning-curve grid points (pong.py,
+# minatar.py), before the run's commit and CPU.
+GRID_KEYS = ('env_steps', 'wall_seconds', 'train_return_mean100',
+             'eval_return_mean10', 'learner_steps')
+
+
+def write_grid_csv(path: str, columns: dict, record: dict):
+  """One row per grid point of `columns` (GRID_KEYS -> arrays), each naming
+  the run's commit and CPU from `record`."""
+  with open(path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(list(GRID_KEYS) + ['commit', 'cpu'])
+    for row in zip(*(columns[k] for k in GRID_KEYS)):
+      writer.writerow([f'{v:.6g}' for v in row] +
+                      [record.get('commit'), record.get('cpu')])
 
 
 def run_program(cmd, timeout_s=None, **popen_kwargs):
