@@ -23,6 +23,19 @@ _os.environ.setdefault('TF2_BEHAVIOR', '1')
 # user's own TF_ENABLE_ONEDNN_OPTS=0 wins.
 _os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
+# TF 2.8's oneDNN (v2.5) runs a bfloat16 convolution's weight gradient on a
+# CPU's AMX units with a kernel whose threads wait for each other in a spin
+# barrier; on TensorFlow's thread pool, which runs a task only when a thread
+# is free, it deadlocks when every pool thread is already busy (two gradients
+# at once, or the learner's update run by tf.data on that pool): the
+# bfloat16 learner hung in about half of its runs on a 2-core Intel Xeon with
+# AMX (gdb: jit_avx512_core_amx_convolution_bwd_weights_t). Capping oneDNN
+# at AVX-512 BF16 keeps bfloat16 on the kernels AMD's CPUs run, which never
+# hung. oneDNN reads the variable at its first primitive; a user's own value
+# wins, and with AMX allowed a bfloat16 torso is refused
+# (agent/networks.validate_torso_dtype).
+_os.environ.setdefault('ONEDNN_MAX_CPU_ISA', 'AVX512_CORE_BF16')
+
 # A node process started by exec from a quiet launcher (Launchpad's
 # process_entry, a Kubernetes pod) silences TensorFlow's and gym's start-up
 # noise before it imports them (host/quiet.py); importing acme_impala as a

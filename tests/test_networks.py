@@ -1,5 +1,9 @@
 """Network output shapes, OAR inputs, and unroll == step-by-step with resets."""
 
+import os
+import subprocess
+import sys
+
 from acme.tf.networks import vision
 from acme.wrappers import observation_action_reward
 import numpy as np
@@ -352,6 +356,72 @@ def test_bfloat16_is_refused_where_tensorflow_gets_it_wrong(
                             'picks bfloat16 only where it runs.')
   assert networks.resolve_torso_dtype('auto', 'shallow') == 'float32'
   networks.validate_torso_dtype('auto')
+
+
+@pytest.mark.parametrize('flags,isa,allowed', [
+    ('avx512_bf16 amx_bf16 amx_tile', 'ALL', True),
+    ('avx512_bf16 amx_bf16 amx_tile', None, True),  # oneDNN's default: all.
+    ('avx512_bf16 amx_bf16 amx_tile', 'avx512_core_amx', True),
+    ('avx512_bf16 amx_bf16 amx_tile', 'AVX512_CORE_BF16', False),
+    ('avx512_bf16', 'ALL', False),  # No AMX units to deadlock on.
+])
+def test_bfloat16_is_refused_where_onednn_would_run_it_on_amx(
+    monkeypatch, tmp_path, flags, isa, allowed):
+  """TF 2.8's oneDNN AMX convolution gradient deadlocks the learner
+  (acme_impala/__init__.py): a bfloat16 torso is refused, in one line naming
+  the setting and the way out, where AMX units would run it, and 'auto'
+  resolves to float32 there. Runs on every CPU: the flags are given."""
+  monkeypatch.setattr(networks.hardware, 'CPUINFO',
+                      _cpuinfo(tmp_path, flags, model='Test CPU 9000'))
+  monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda: True)
+  monkeypatch.setattr(networks, 'bfloat16_probe', lambda: None)
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')
+  if isa is None:
+    monkeypatch.delenv('ONEDNN_MAX_CPU_ISA', raising=False)
+  else:
+    monkeypatch.setenv('ONEDNN_MAX_CPU_ISA', isa)
+  assert networks.amx_allowed() is allowed
+  if not allowed:
+    networks.validate_torso_dtype('bfloat16')
+    assert networks.resolve_torso_dtype('auto', 'shallow') == 'bfloat16'
+    return
+  with pytest.raises(ValueError) as raised:
+    networks.ShallowAtariTorso('bfloat16')
+  message = str(raised.value)
+  assert '\n' not in message
+  assert message.startswith(
+      f"torso_dtype='bfloat16' with ONEDNN_MAX_CPU_ISA={isa!r} on a CPU with "
+      'AMX (Test CPU 9000): '), message
+  assert message.endswith("expected ONEDNN_MAX_CPU_ISA='AVX512_CORE_BF16' "
+                          "(acme_impala's default) or torso_dtype='float32'.")
+  assert networks.resolve_torso_dtype('auto', 'shallow') == 'float32'
+  networks.validate_torso_dtype('auto')
+
+
+def test_importing_acme_impala_keeps_onednn_off_amx():
+  """A fresh interpreter that imports acme_impala before TensorFlow gets
+  ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, and oneDNN, at its first
+  convolution, reports an ISA without AMX (on a CPU with AMX it would name
+  it); a user's own value wins."""
+  script = ('import os, acme_impala, tensorflow as tf; '
+            'print("ISA=" + os.environ["ONEDNN_MAX_CPU_ISA"]); '
+            'tf.nn.conv2d(tf.ones([1, 4, 4, 2]), tf.ones([2, 2, 2, 2]), 1, '
+            '"VALID")')
+  env = {k: v for k, v in os.environ.items() if k != 'ONEDNN_MAX_CPU_ISA'}
+  env.update(ONEDNN_VERBOSE='1', TF_ENABLE_ONEDNN_OPTS='1',
+             TF_CPP_MIN_LOG_LEVEL='3')
+  out = subprocess.run([sys.executable, '-c', script], env=env, check=True,
+                       capture_output=True, text=True, timeout=120).stdout
+  assert 'ISA=AVX512_CORE_BF16' in out, out
+  isa_lines = [line for line in out.splitlines()
+               if line.startswith('onednn_verbose,info,cpu,isa:')]
+  assert isa_lines and 'AMX' not in isa_lines[0], out
+  env['ONEDNN_MAX_CPU_ISA'] = 'AVX2'
+  out = subprocess.run([sys.executable, '-c', script], env=env, check=True,
+                       capture_output=True, text=True, timeout=120).stdout
+  assert 'ISA=AVX2' in out, out
+  assert any(line.startswith('onednn_verbose,info,cpu,isa:Intel AVX2')
+             for line in out.splitlines()), out
 
 
 def test_bfloat16_probe_finds_a_tensorflow_without_the_kernels(monkeypatch):

@@ -124,6 +124,18 @@ def cpu_has_bfloat16_units(cpuinfo: Optional[str] = None) -> bool:
   return bool(hardware.cpu_flags(cpuinfo) & set(BFLOAT16_UNITS))
 
 
+# ONEDNN_MAX_CPU_ISA values under which oneDNN may use AMX (unset: all).
+_AMX_ISAS = ('', 'ALL', 'AVX512_CORE_AMX')
+
+
+def amx_allowed(cpuinfo: Optional[str] = None) -> bool:
+  """Whether oneDNN would run bfloat16 on AMX units in this process: the
+  CPU reports amx_bf16 and ONEDNN_MAX_CPU_ISA (acme_impala sets
+  AVX512_CORE_BF16, see __init__.py) does not cap oneDNN below AMX."""
+  isa = os.environ.get('ONEDNN_MAX_CPU_ISA', '').strip().upper()
+  return isa in _AMX_ISAS and 'amx_bf16' in hardware.cpu_flags(cpuinfo)
+
+
 # The probe: the torso's own operations (convolution, bias add, matmul,
 # their gradients, eagerly and in a graph, where oneDNN fuses them) on a
 # 6 x 6 image, compared with float32. Run in a new interpreter: a broken
@@ -259,12 +271,13 @@ def resolve_torso_dtype(torso_dtype: str, network: str) -> str:
   'bfloat16' when `network` is the shallow torso, oneDNN is on in this
   process, the CPU has bfloat16 units (where it measured 1.25x faster per
   learner step, docs/benchmarks.md#learner: on CPUs without them oneDNN
-  emulates bfloat16, slower, or TensorFlow has no kernel) and `bfloat16_probe` finds
-  TensorFlow's kernels right; else 'float32'."""
+  emulates bfloat16, slower, or TensorFlow has no kernel), oneDNN is kept
+  off AMX (`amx_allowed`) and `bfloat16_probe` finds TensorFlow's kernels
+  right; else 'float32'."""
   if torso_dtype != 'auto':
     return torso_dtype
   if (network == 'shallow' and _onednn_on() and cpu_has_bfloat16_units()
-      and bfloat16_probe() is None):
+      and not amx_allowed() and bfloat16_probe() is None):
     return 'bfloat16'
   return 'float32'
 
@@ -276,7 +289,8 @@ def validate_torso_dtype(torso_dtype: str) -> None:
   bfloat16 needs TensorFlow 2.8's oneDNN kernels (loaded only with
   TF_ENABLE_ONEDNN_OPTS=1, acme_impala's default, see __init__.py) and
   kernels that compute right on this CPU (`bfloat16_probe`; on CPUs without
-  bfloat16 units TF 2.8's oneDNN convolution returns an empty tensor).
+  bfloat16 units TF 2.8's oneDNN convolution returns an empty tensor), not
+  on AMX (`amx_allowed`: its weight gradient deadlocks).
   """
   if torso_dtype not in TORSO_DTYPE_CHOICES:
     raise ValueError(f'torso_dtype={torso_dtype!r}; expected one of '
@@ -289,6 +303,14 @@ def validate_torso_dtype(torso_dtype: str) -> None:
         f"torso_dtype='bfloat16' needs TensorFlow's oneDNN kernels, but "
         f'TF_ENABLE_ONEDNN_OPTS={onednn!r}; expected 1 (acme_impala\'s '
         "default) or torso_dtype='float32'.")
+  if amx_allowed():
+    isa = os.environ.get('ONEDNN_MAX_CPU_ISA')
+    raise ValueError(
+        f"torso_dtype='bfloat16' with ONEDNN_MAX_CPU_ISA={isa!r} on a CPU "
+        f'with AMX ({hardware.cpu_model()}): TensorFlow {tf.__version__}\'s '
+        'oneDNN AMX convolution gradient deadlocks the learner; expected '
+        "ONEDNN_MAX_CPU_ISA='AVX512_CORE_BF16' (acme_impala's default) or "
+        "torso_dtype='float32'.")
   problem = bfloat16_probe()
   if problem is None:
     return
