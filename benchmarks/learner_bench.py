@@ -70,6 +70,13 @@ from typing import Optional
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 # pylint: disable=g-import-not-at-top
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
+# Before TensorFlow loads: acme_impala sets its oneDNN defaults
+# (TF_ENABLE_ONEDNN_OPTS, ONEDNN_MAX_CPU_ISA) where the environment leaves
+# them unset, as in a program. Imported after TensorFlow, it changed the
+# variables but not the loaded TensorFlow, and the bfloat16 rows ran
+# without oneDNN's kernels (an empty convolution output).
+import acme_impala  # noqa: F401 (its import sets the defaults)
 import acme
 from acme import datasets
 from acme import specs
@@ -81,7 +88,6 @@ from absl import logging as absl_logging
 import reverb
 import tensorflow as tf
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 from acme_impala.agent import builder as builder_lib
 from acme_impala.agent import config as config_lib
 from acme_impala.agent import learning
@@ -363,7 +369,9 @@ def _bench_network(label, overrides, plan, budget_s, warm_up, modes):
 def _print_report(results, budget_s, total_s):
   print(f'learner_bench.py at commit {provenance.git_commit()}: '
         f'TensorFlow {tf.__version__}, {_ONEDNN}='
-        f'{os.environ.get(_ONEDNN, "0")}, on {hardware.describe_cpu()}; '
+        f'{os.environ.get(_ONEDNN, "0")}, ONEDNN_MAX_CPU_ISA='
+        f'{os.environ.get("ONEDNN_MAX_CPU_ISA", "(unset: all)")}, on '
+        f'{hardware.describe_cpu()}; '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH} '
         f'(items of {_UNROLL_LENGTH + 1} steps); the same in-memory batch '
         'for every learner.\n')

@@ -383,7 +383,10 @@ def test_bfloat16_is_refused_where_onednn_would_run_it_on_amx(
   assert networks.amx_allowed() is allowed
   if not allowed:
     networks.validate_torso_dtype('bfloat16')
-    assert networks.resolve_torso_dtype('auto', 'shallow') == 'bfloat16'
+    # Kept off AMX, the AVX-512 BF16 kernels were slower than float32 on
+    # the Intel CPU: 'auto' takes bfloat16 only on CPUs without AMX.
+    assert networks.resolve_torso_dtype('auto', 'shallow') == (
+        'float32' if 'amx_bf16' in flags else 'bfloat16')
     return
   with pytest.raises(ValueError) as raised:
     networks.ShallowAtariTorso('bfloat16')
@@ -602,17 +605,20 @@ def test_cpu_has_bfloat16_units_reads_the_cpu_flags(tmp_path, flags,
   assert not networks.cpu_has_bfloat16_units(str(tmp_path / 'missing'))
 
 
-@pytest.mark.parametrize('network,onednn,units,expected', [
-    ('shallow', '1', True, 'bfloat16'),
-    ('shallow', '0', True, 'float32'),  # No oneDNN: no bfloat16 kernels.
-    ('shallow', '1', False, 'float32'),  # Emulated bfloat16 is not faster.
-    ('deep', '1', True, 'float32'),
-    ('mlp_lstm', '1', True, 'float32'),
+@pytest.mark.parametrize('network,onednn,units,amx,expected', [
+    ('shallow', '1', True, False, 'bfloat16'),
+    ('shallow', '0', True, False, 'float32'),  # No oneDNN: no kernels.
+    ('shallow', '1', False, False, 'float32'),  # Emulated: not faster.
+    # AMX kept off, AVX-512 BF16 was slower than float32 there.
+    ('shallow', '1', True, True, 'float32'),
+    ('deep', '1', True, False, 'float32'),
+    ('mlp_lstm', '1', True, False, 'float32'),
 ])
 def test_auto_torso_dtype_is_bfloat16_only_where_it_is_fast(
-    monkeypatch, network, onednn, units, expected):
+    monkeypatch, network, onednn, units, amx, expected):
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', onednn)
   monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda: units)
+  monkeypatch.setattr(networks, 'cpu_has_amx', lambda: amx)
   monkeypatch.setattr(networks, 'bfloat16_probe', lambda: None)
   assert networks.resolve_torso_dtype('auto', network) == expected
   networks.validate_torso_dtype('auto')
@@ -634,6 +640,7 @@ def test_auto_torso_computes_in_the_resolved_dtype(monkeypatch,
       variable.assign(value)
     return torso(frames).numpy()
 
+  monkeypatch.setattr(networks, 'cpu_has_amx', lambda: False)
   for units, resolved, other in ((True, 'bfloat16', 'float32'),
                                  (False, 'float32', 'bfloat16')):
     monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda u=units: u)

@@ -475,6 +475,7 @@ def test_prepare_run_resolves_auto_torso_dtype_and_records_it(
   from acme_impala.distributed import program as program_lib  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '1')
   config = presets.get_config('atari').replace(torso_dtype='auto')
+  monkeypatch.setattr(networks, 'cpu_has_amx', lambda: False)
   for units, resolved in ((True, 'bfloat16'), (False, 'float32')):
     monkeypatch.setattr(networks, 'cpu_has_bfloat16_units', lambda u=units: u)
     monkeypatch.setattr(networks, 'bfloat16_probe', lambda: None)

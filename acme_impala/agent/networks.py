@@ -128,12 +128,17 @@ def cpu_has_bfloat16_units(cpuinfo: Optional[str] = None) -> bool:
 _AMX_ISAS = ('', 'ALL', 'AVX512_CORE_AMX')
 
 
+def cpu_has_amx(cpuinfo: Optional[str] = None) -> bool:
+  """Whether the CPU reports AMX-BF16 units (/proc/cpuinfo's amx_bf16)."""
+  return 'amx_bf16' in hardware.cpu_flags(cpuinfo)
+
+
 def amx_allowed(cpuinfo: Optional[str] = None) -> bool:
   """Whether oneDNN would run bfloat16 on AMX units in this process: the
   CPU reports amx_bf16 and ONEDNN_MAX_CPU_ISA (acme_impala sets
   AVX512_CORE_BF16, see __init__.py) does not cap oneDNN below AMX."""
   isa = os.environ.get('ONEDNN_MAX_CPU_ISA', '').strip().upper()
-  return isa in _AMX_ISAS and 'amx_bf16' in hardware.cpu_flags(cpuinfo)
+  return isa in _AMX_ISAS and cpu_has_amx(cpuinfo)
 
 
 # The probe: the torso's own operations (convolution, bias add, matmul,
@@ -269,15 +274,17 @@ def run_bfloat16_probe(timeout_s: float = 120., dtype: str = 'bfloat16'
 def resolve_torso_dtype(torso_dtype: str, network: str) -> str:
   """The compute dtype a torso runs in: `torso_dtype` itself, or for 'auto'
   'bfloat16' when `network` is the shallow torso, oneDNN is on in this
-  process, the CPU has bfloat16 units (where it measured 1.25x faster per
-  learner step, docs/benchmarks.md#learner: on CPUs without them oneDNN
-  emulates bfloat16, slower, or TensorFlow has no kernel), oneDNN is kept
-  off AMX (`amx_allowed`) and `bfloat16_probe` finds TensorFlow's kernels
-  right; else 'float32'."""
+  process, the CPU has AVX-512 BF16 units and no AMX (an AMD EPYC with
+  AVX-512, where the learner measured 1.28x faster with it,
+  docs/benchmarks.md#learner: on CPUs without the units oneDNN emulates
+  bfloat16, slower, or TensorFlow has no kernel; on an Intel Xeon with AMX,
+  whose AMX kernel deadlocks and is kept off (`amx_allowed`), AVX-512 BF16
+  made the step 0.84x float32's speed) and `bfloat16_probe` finds
+  TensorFlow's kernels right; else 'float32'."""
   if torso_dtype != 'auto':
     return torso_dtype
   if (network == 'shallow' and _onednn_on() and cpu_has_bfloat16_units()
-      and not amx_allowed() and bfloat16_probe() is None):
+      and not cpu_has_amx() and bfloat16_probe() is None):
     return 'bfloat16'
   return 'float32'
 
