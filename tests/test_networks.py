@@ -295,6 +295,85 @@ def test_shallow_torso_on_frames_is_the_papers_formula(compute_dtype,
     assert _relative_error(scaled, want) < 0.02
 
 
+def _layer_cases(rng, dtype):
+  """(name, the layer, its composition of TensorFlow ops, x, w, b)."""
+  conv_x = rng.normal(size=(3, 12, 12, 4))
+  conv_w = rng.normal(size=(4, 4, 4, 5)) * 0.3
+  lin_x, lin_w = rng.normal(size=(6, 9)), rng.normal(size=(9, 5)) * 0.3
+  b = rng.normal(size=5) * 0.5
+
+  def conv(x, w, b):
+    return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 2, 'VALID'),
+                                     tf.cast(b, x.dtype)))
+
+  def linear(x, w, b):
+    return tf.nn.relu(tf.matmul(x, w) + tf.cast(b, x.dtype))
+
+  def as_tensors(*arrays):
+    return [tf.constant(a, d) for a, d in zip(arrays,
+                                               (dtype, dtype, tf.float32))]
+
+  return [
+      ('conv', lambda x, w, b: networks.conv2d_bias_relu(x, w, b, 2), conv,
+       *as_tensors(conv_x, conv_w, b)),
+      ('linear', networks.linear_bias_relu, linear,
+       *as_tensors(lin_x, lin_w, b)),
+  ]
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_bias_relu_layers_are_autodiff_of_their_formula(dtype, request):
+  """conv2d_bias_relu and linear_bias_relu (hand-written gradients) against
+  the same layers left to autodiff, eagerly and in a graph: value and the
+  gradients of x, w and b (in float32 to float32 rounding; in bfloat16 to
+  its rounding, b's gradient in float32 and closer than autodiff's
+  bfloat16 sum). Upstream gradients that are not finite where the layer's
+  output is 0 are dropped."""
+  if dtype == 'bfloat16':
+    request.getfixturevalue('bfloat16_runs')
+  dtype = tf.as_dtype(dtype)
+  rng = np.random.default_rng(0)
+  for name, layer, formula, x, w, b in _layer_cases(rng, dtype):
+
+    def value_and_grads(fn, x, w, b):
+      with tf.GradientTape() as tape:
+        tape.watch([x, w, b])
+        y = fn(x, w, b)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * dy)
+      return y, tape.gradient(loss, [x, w, b])
+
+    dy = tf.constant(rng.normal(size=layer(x, w, b).shape), tf.float32)
+    for run in (value_and_grads, tf.function(value_and_grads)):
+      got_y, got = run(layer, x, w, b)
+      want_y, want = run(formula, x, w, b)
+      assert 0.2 < float(tf.reduce_mean(tf.cast(want_y > 0, tf.float32))) < 1
+      assert got_y.dtype == dtype and got[2].dtype == tf.float32, name
+      tol = dict(rtol=1e-5, atol=1e-6) if dtype == tf.float32 else dict(
+          rtol=0.02, atol=0.02)
+      np.testing.assert_allclose(tf.cast(got_y, tf.float32),
+                                 tf.cast(want_y, tf.float32), **tol)
+      for g, v, what in zip(got, want, 'xwb'):
+        np.testing.assert_allclose(tf.cast(g, tf.float32),
+                                   tf.cast(v, tf.float32), **tol,
+                                   err_msg=f'{name}: d{what}')
+    if dtype == tf.float32:
+      # Non-finite upstream gradients, a channel that is 0 everywhere (its
+      # bias far below the rest): its bias gradient is 0 here (ReluGrad's
+      # dy * 0 would make it NaN), the others' are not finite.
+      b_off = tf.tensor_scatter_nd_update(b, [[0]], [-100.])
+      y = layer(x, w, b_off)
+      assert float(tf.reduce_max(y[..., 0])) == 0.
+      assert bool(tf.reduce_all(tf.reduce_any(
+          tf.reshape(y[..., 1:] > 0, [-1, y.shape[-1] - 1]), axis=0)))
+      dy = tf.where(tf.reshape(tf.range(tf.size(y)), y.shape) % 2 == 0,
+                    float('nan'), float('inf'))
+      with tf.GradientTape() as tape:
+        tape.watch(b_off)
+        out = layer(x, w, b_off)
+      db = tape.gradient(out, b_off, output_gradients=dy).numpy()
+      assert db[0] == 0. and not np.isfinite(db[1:]).any(), (name, db)
+
+
 @pytest.mark.parametrize('dtype', [tf.float32, tf.bfloat16])
 def test_frames_to_float_is_exact(dtype):
   """The XLA-compiled cast gives TensorFlow's cast, value for value (every
