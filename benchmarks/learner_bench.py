@@ -12,7 +12,8 @@ both with unroll_length=20 (items of 21 steps) and batch_size=32, it times
     'none', see config.py);
   * Acme 0.4.0's own `acme.agents.tf.impala.learning.IMPALALearner` on a
     fresh instance of the same network (same class, config and initial
-    weights),
+    weights; the shallow torso's gradients left to autodiff, which is
+    faster for Acme's per-step calls: `_AutodiffShallowTorso`),
   * on the shallow net, both learners again with the torso in bfloat16
     (`torso_dtype='bfloat16'`; ours in its default compile mode; only with
     oneDNN on, which TF 2.8's bfloat16 convolutions need),
@@ -133,13 +134,73 @@ def _make_config(overrides) -> config_lib.IMPALAConfig:
       **overrides)
 
 
-def _make_network(config, spec):
+class _AutodiffShallowTorso(networks.ShallowAtariTorso):
+  """The shallow torso as `ShallowAtariTorso` computes it, left to
+  TensorFlow's autodiff: the same variables, forward ops and result.
+
+  Acme's learner runs on this one. It calls the torso once per time step
+  (`snt.static_unroll`, 21 calls on 32 frames each), where the torso's
+  written-out layer gradients (`networks.conv2d_bias_relu`: an XLA call per
+  layer) made Acme's Pong step about 5 % slower
+  (`benchmarks/results/learner_ab_pong_intel_223bb1b.txt`); its baseline is
+  the faster of the two. In bfloat16 the bias gradients are autodiff's
+  bfloat16 sums (a precision, not a speed, difference).
+  """
+
+  def __call__(self, inputs):
+    inputs = tf.convert_to_tensor(inputs)
+    conv1, conv2, linear = self._parametrised  # pylint: disable=protected-access
+    if 'w' not in vars(conv1):
+      self._net(tf.zeros([1] + inputs.shape[1:].as_list(), tf.float32))  # pylint: disable=protected-access
+    dtype = self._dtype  # pylint: disable=protected-access
+    conv1_w = conv1.w / 255. if inputs.dtype == tf.uint8 else conv1.w
+    h = networks.frames_to_float(inputs, dtype)
+    for layer, w in ((conv1, conv1_w), (conv2, conv2.w)):
+      h = tf.nn.conv2d(h, tf.cast(w, dtype), layer.stride[0], 'VALID')
+      h = tf.nn.relu(tf.nn.bias_add(h, tf.cast(layer.b, dtype)))
+    h = tf.reshape(h, [tf.shape(h)[0], -1])
+    h = tf.matmul(h, tf.cast(linear.w, dtype)) + tf.cast(linear.b, dtype)
+    return tf.cast(tf.nn.relu(h), tf.float32)
+
+
+def _make_network(config, spec, autodiff_torso: bool = False):
   # Same seed for every instance: all learners start from the same weights,
   # so they also follow comparable trajectories over the timed steps.
   tf.random.set_seed(config.seed)
   net = networks.make_network(config, spec.actions.num_values)
+  if autodiff_torso and config.network == 'shallow':
+    net._torso = _AutodiffShallowTorso(config.torso_dtype)  # pylint: disable=protected-access
   tf2_utils.create_variables(net, [spec.observations])
+  if autodiff_torso and config.network == 'shallow':
+    _check_same_torso(net._torso, spec)  # pylint: disable=protected-access
   return net
+
+
+def _check_same_torso(torso, spec):
+  """Raises unless `torso` (an _AutodiffShallowTorso) gives what
+  ShallowAtariTorso gives with the same weights: output and gradients."""
+  shape = [4] + list(spec.observations.observation.shape)
+  frames = tf.cast(tf.random.stateless_uniform(shape, [0, 1], 0, 256,
+                                               tf.int32), tf.uint8)
+  with tf.GradientTape(persistent=True) as tape:
+    got = torso(frames)
+    want = networks.ShallowAtariTorso.__call__(torso, frames)
+    got_loss, want_loss = tf.reduce_sum(got ** 2), tf.reduce_sum(want ** 2)
+  float32 = torso._dtype == tf.float32  # pylint: disable=protected-access
+  # In bfloat16 the biases' gradients differ by design (see the class).
+  variables = [v for v in torso.trainable_variables
+               if float32 or len(v.shape) > 1]
+  pairs = [('output', got, want)] + list(zip(
+      [v.name for v in variables], tape.gradient(got_loss, variables),
+      tape.gradient(want_loss, variables)))
+  tolerance = 1e-4 if float32 else 0.03
+  for name, a, b in pairs:
+    error = float(tf.norm(a - b) / tf.maximum(tf.norm(b), 1e-12))
+    if not error <= tolerance:
+      raise AssertionError(
+          f"The autodiff torso given to Acme's learner differs from "
+          f'ShallowAtariTorso in {name} by {error:.2e} (relative; at most '
+          f'{tolerance}).')
 
 
 def _make_batch(config):
@@ -223,7 +284,7 @@ def _bf16_refusal() -> Optional[str]:
 def _acme_learner(config, spec, sample):
   return acme_learning.IMPALALearner(
       environment_spec=spec,
-      network=_make_network(config, spec),
+      network=_make_network(config, spec, autodiff_torso=True),
       dataset=tf.data.Dataset.from_tensors(sample).repeat(),
       # Our hyperparameters where Acme has them (it uses Adam, not RMSProp,
       # and no episode-start resets: the work is close, not equal).
