@@ -102,7 +102,8 @@ def _bias_grad(dz: tf.Tensor) -> tf.Tensor:
   (BiasAddGrad: 97 % off on a learner batch's first-layer activations where
   it is not fused into the convolution, 19 % on the linear layer)."""
   if dz.dtype == tf.float32:
-    # oneDNN fuses it into the convolution's weight gradient.
+    # Where it follows a convolution, oneDNN fuses it into the weight
+    # gradient (Conv2DBackpropFilterWithBias).
     return tf.raw_ops.BiasAddGrad(out_backprop=dz)
   return tf.reduce_sum(tf.cast(dz, tf.float32),
                        axis=list(range(len(dz.shape) - 1)))
@@ -117,8 +118,8 @@ def _relu_layer(forward, backward, x, w, b):
   grappler fuses only an op whose output nothing else reads. Around the
   whole layer, the fused forward stays, and the backward is TensorFlow's
   own gradients of `forward` after an XLA ReLU gradient (`_relu_grad`).
-  The learner's Pong update was 5.6 % faster than with autodiff's ReluGrad
-  (docs/benchmarks.md).
+  The learner's float32 Pong update was 4-6 % faster than with autodiff's
+  ReluGrad (docs/benchmarks.md, Learner).
 
   x, w in the compute dtype; b float32, cast to it (see `_bias_grad`).
   `backward(x, w, dz)` returns (dx, dw).
