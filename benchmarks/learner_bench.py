@@ -238,16 +238,13 @@ def _make_batch(config):
 
 
 def _make_learners(config, spec, sample, modes):
-  """({row name: learner}, {row name: learner} to run last and alone), every
-  learner on a fresh network and `sample`.
+  """{row name: learner}, every learner on a fresh network and `sample`.
 
-  Acme's learner with the bfloat16 torso goes in the second: on an Intel
-  Xeon with AMX its first step was seen to hang (two intra-op threads
-  spinning in a barrier of oneDNN's AMX convolution backward-weights
-  kernel), and a thread stuck there holds TensorFlow's threads, so nothing
-  can be timed after it in the process.
+  The bfloat16 rows exist only where `_bf16_refusal` finds none, which
+  excludes oneDNN on AMX: there TF 2.8's bfloat16 convolution gradient
+  deadlocked (Acme's learner's first step hung this benchmark once).
   """
-  learners, last = {}, {}
+  learners = {}
   for mode in modes:
     cfg = config.replace(compile_mode=mode)
     learners[f'ours, {mode}'] = learning.IMPALALearner(
@@ -264,9 +261,9 @@ def _make_learners(config, spec, sample, modes):
     if bf16:
       # What bfloat16 does for Acme's learner given the same torso: how much
       # of our gain is the network's rather than the update's.
-      last[f'{_ACME}, {_BF16}'] = _acme_learner(
+      learners[f'{_ACME}, {_BF16}'] = _acme_learner(
           config.replace(torso_dtype='bfloat16'), spec, sample)
-  return learners, last
+  return learners
 
 
 def _bf16_refusal() -> Optional[str]:
@@ -393,37 +390,24 @@ def _bench_network(label, overrides, plan, budget_s, warm_up, modes):
   sample, spec, env_steps = _make_batch(config)
   fill_s = time.perf_counter() - start
   warm_up_s = _warm_up_tensorflow(config, spec, sample) if warm_up else None
-  learners, last = _make_learners(config, spec, sample, modes)
+  learners = _make_learners(config, spec, sample, modes)
 
   compile_s, abandoned = {}, []
-
-  def first_steps(group):
-    for name in list(group):
-      seconds, thread = _first_step(group[name], budget_s)
-      if thread is not None:
-        abandoned.append(thread)
-        del group[name]
-      compile_s[name] = seconds
-
-  first_steps(learners)
+  for name in list(learners):
+    seconds, thread = _first_step(learners[name], budget_s)
+    if thread is not None:
+      abandoned.append(thread)
+      del learners[name]
+    compile_s[name] = seconds
   warmup, rounds, target_s = plan
   step_s, steps_per_repeat = _median_step_s(learners, warmup, rounds,
                                             target_s)
   background = any(t.is_alive() for t in abandoned)
-  # Each of `last` alone, after the others: not interleaved with them.
-  timed_alone = sorted(last)
-  first_steps(last)
-  for name, learner in last.items():
-    alone_s, alone_repeats = _median_step_s({name: learner}, warmup, rounds,
-                                            target_s)
-    step_s.update(alone_s)
-    steps_per_repeat.update(alone_repeats)
   return dict(label=label, config=config, compile_s=compile_s,
               step_s=step_s, steps_per_repeat=steps_per_repeat,
               rounds=rounds, warmup=warmup, fill_s=fill_s,
               env_steps=env_steps, warm_up_s=warm_up_s, abandoned=abandoned,
               timed_with_background_compile=background,
-              timed_alone=timed_alone,
               shape=tuple(sample.data.action.shape))
 
 
@@ -474,11 +458,6 @@ def _print_report(results, budget_s, total_s):
     if res['warm_up_s'] is not None:
       print(f'  Before it, a throwaway learner step paid TensorFlow\'s one-off '
             f'start-up ({res["warm_up_s"]:.1f} s, not in the table).')
-    if res['timed_alone']:
-      print(f'  {", ".join(res["timed_alone"])}: first step and timing after '
-            'the others, alone, not interleaved (on an Intel CPU with AMX '
-            'its first step was seen to hang in oneDNN; a hang at its first '
-            'step costs its row only, one later would stop this process).')
     if res['timed_with_background_compile']:
       print(f'  Note: an abandoned over-budget compilation was still running '
             f'while {res["label"]} was timed; its timings are pessimistic.')
