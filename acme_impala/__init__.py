@@ -23,6 +23,16 @@ _os.environ.setdefault('TF2_BEHAVIOR', '1')
 # user's own TF_ENABLE_ONEDNN_OPTS=0 wins.
 _os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
+# With oneDNN off, TensorFlow's CPU allocator is malloc: the learner's
+# tensors of tens of MB (an Atari batch's frames, the first layer's
+# activations) are above glibc's largest mmap threshold, so each step maps
+# fresh pages and faults them in. TensorFlow's BFC allocator keeps and reuses
+# them, as oneDNN's allocator does when oneDNN is on. Without it the shallow
+# torso's matmuls gained nothing (docs/benchmarks.md, Learner). Read at the
+# first allocation; a user's own value wins.
+if _os.environ['TF_ENABLE_ONEDNN_OPTS'].strip().lower() not in ('1', 'true'):
+  _os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
+
 # TF 2.8's oneDNN (v2.5) runs a bfloat16 convolution's weight gradient on a
 # CPU's AMX units with a kernel whose threads wait for each other in a spin
 # barrier; on TensorFlow's thread pool, which runs a task only when a thread

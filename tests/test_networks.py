@@ -241,17 +241,19 @@ def _relative_error(got, want) -> float:
   return float(tf.norm(got - want) / tf.norm(want))
 
 
-@pytest.mark.parametrize('compute_dtype', config_lib.TORSO_DTYPES)
+@pytest.mark.parametrize('compute_dtype,conv_impl', [
+    ('float32', 'conv'), ('float32', 'space_to_depth'), ('bfloat16', 'conv')])
 def test_shallow_torso_on_frames_is_the_papers_formula(compute_dtype,
-                                                       request):
+                                                       conv_impl, request):
   """uint8 frames: the torso (first layer's weights scaled by 1/255, layers in
   the compute dtype) equals the layers applied to frames / 255 in float32
   (the direct formula, with the module's own variables), in value and in
   every variable's gradient: to float32 rounding in float32, to bfloat16's
-  8-bit mantissa (relative error < 2 %, gradients aligned) in bfloat16."""
+  8-bit mantissa (relative error < 2 %, gradients aligned) in bfloat16.
+  Its convolutions run as TensorFlow's or as space-to-depth matmuls."""
   if compute_dtype == 'bfloat16':
     request.getfixturevalue('bfloat16_runs')
-  torso = networks.ShallowAtariTorso(compute_dtype)
+  torso = networks.ShallowAtariTorso(compute_dtype, conv_impl=conv_impl)
   rng = np.random.default_rng(0)
   frames = rng.integers(0, 256, (3, 84, 84, 4), dtype=np.uint8)
   out = torso(frames)  # Creates the variables.
@@ -313,11 +315,26 @@ def _layer_cases(rng, dtype):
     return [tf.constant(a, d) for a, d in zip(arrays,
                                                (dtype, dtype, tf.float32))]
 
-  return [
+  cases = [
       ('conv', lambda x, w, b: networks.conv2d_bias_relu(x, w, b, 2), conv,
        *as_tensors(conv_x, conv_w, b)),
       ('linear', networks.linear_bias_relu, linear,
        *as_tensors(lin_x, lin_w, b)),
+  ]
+  if dtype != tf.float32:
+    # The space-to-depth layers run where oneDNN is off, in float32 only.
+    return cases
+  return cases + [
+      ('space_to_depth conv',
+       lambda x, w, b: networks.space_to_depth_conv2d_bias_relu(
+           tf.nn.space_to_depth(x, 2), w, b, 2), conv,
+       *as_tensors(conv_x, conv_w, b)),
+      # Its 5 x 5 output cropped to 4 x 4, in blocks of 2 x 2.
+      ('space_to_depth conv, output in blocks',
+       lambda x, w, b: networks.space_to_depth_conv2d_bias_relu(
+           tf.nn.space_to_depth(x, 2), w, b, 2, out_block=2),
+       lambda x, w, b: tf.nn.space_to_depth(conv(x, w, b)[:, :4, :4], 2),
+       *as_tensors(conv_x, conv_w, b)),
   ]
 
 
@@ -356,7 +373,7 @@ def test_bias_relu_layers_are_autodiff_of_their_formula(dtype, request):
         np.testing.assert_allclose(tf.cast(g, tf.float32),
                                    tf.cast(v, tf.float32), **tol,
                                    err_msg=f'{name}: d{what}')
-    if dtype == tf.float32:
+    if dtype == tf.float32 and 'blocks' not in name:
       # Non-finite upstream gradients, a channel that is 0 everywhere (its
       # bias far below the rest): its bias gradient is 0 here (ReluGrad's
       # dy * 0 would make it NaN), the others' are not finite.
@@ -386,6 +403,79 @@ def test_frames_to_float_is_exact(dtype):
     assert out.dtype == dtype and out.shape == want.shape
     np.testing.assert_array_equal(tf.cast(out, tf.float32).numpy(),
                                   tf.cast(want, tf.float32).numpy())
+
+
+def test_frames_to_float_in_blocks_is_space_to_depth():
+  """block_size > 1: the cast's output in tf.nn.space_to_depth's layout,
+  value for value, for uint8 (the compiled cast) and float frames."""
+  frames = np.arange(2 * 8 * 12 * 3).reshape(2, 8, 12, 3) % 256
+  for dtype in (np.uint8, np.float32):
+    x = frames.astype(dtype)
+    want = tf.nn.space_to_depth(tf.cast(x, tf.float32), 4)
+    got = networks.frames_to_float(x, tf.float32, block_size=4)
+    assert got.shape == (2, 2, 3, 48)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_space_to_depth_torso_equals_the_conv_one_on_any_frame_size():
+  """The two conv_impls, on frames whose sides are not multiples of the
+  strides (84 + 2, 84 + 3: the cropped rows and columns are never in a
+  window), give the same output and gradients, eagerly and in a graph."""
+  rng = np.random.default_rng(3)
+  frames = rng.integers(0, 256, (2, 86, 87, 4), dtype=np.uint8)
+  conv = networks.ShallowAtariTorso(conv_impl='conv')
+  s2d = networks.ShallowAtariTorso(conv_impl='space_to_depth')
+  conv(frames), s2d(frames)
+  for a, b in zip(conv.variables, s2d.variables):
+    a.assign(a + rng.normal(size=a.shape).astype(np.float32) * 0.05)
+    b.assign(a)
+  dy = tf.constant(rng.normal(size=(2, 256)), tf.float32)
+
+  def value_and_grads(torso):
+    with tf.GradientTape() as tape:
+      out = torso(frames)
+      loss = tf.reduce_sum(out * dy)
+    return [out] + list(tape.gradient(loss, torso.trainable_variables))
+
+  for run in (value_and_grads, tf.function(value_and_grads)):
+    want, got = run(conv), run(s2d)
+    assert float(tf.reduce_mean(tf.cast(want[0] > 0, tf.float32))) > 0.1
+    for w, g, v in zip(want, got, [None] + list(conv.trainable_variables)):
+      np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5,
+                                 err_msg=getattr(v, 'name', 'output'))
+
+
+def test_torso_conv_impl_follows_onednn_and_is_checked(monkeypatch):
+  """conv_impl=None: TensorFlow's convolutions where oneDNN is on, the
+  space-to-depth matmuls where it is off; a bad value is refused, named."""
+  for value, want in (('1', False), ('0', True)):
+    monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', value)
+    torso = networks.ShallowAtariTorso('float32')
+    assert torso._space_to_depth is want  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match="conv_impl='im2col'"):
+    networks.ShallowAtariTorso(conv_impl='im2col')
+  with pytest.raises(ValueError, match=r'kernel \[4, 4\] with stride 1'):
+    networks.space_to_depth_conv2d_bias_relu(
+        tf.zeros([1, 4, 4, 3]), tf.zeros([4, 4, 3, 2]), tf.zeros([2]), 1)
+
+
+def test_importing_acme_impala_pools_memory_where_onednn_is_off():
+  """With oneDNN off, a fresh interpreter that imports acme_impala gets
+  TensorFlow's BFC allocator (TF_CPU_ALLOCATOR_USE_BFC=true); with oneDNN
+  on (oneDNN's allocator pools already) the variable is left unset; a
+  user's own value wins."""
+  script = ('import os, acme_impala; '
+            'print(os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "unset"))')
+  base = {k: v for k, v in os.environ.items()
+          if k not in ('TF_CPU_ALLOCATOR_USE_BFC', 'TF_ENABLE_ONEDNN_OPTS')}
+  for extra, want in (({'TF_ENABLE_ONEDNN_OPTS': '0'}, 'true'),
+                      ({}, 'unset'),
+                      ({'TF_ENABLE_ONEDNN_OPTS': '0',
+                        'TF_CPU_ALLOCATOR_USE_BFC': 'false'}, 'false')):
+    out = subprocess.run([sys.executable, '-c', script],
+                         env=dict(base, **extra), check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    assert out.strip() == want, (extra, out)
 
 
 def test_bfloat16_torso_needs_onednn(monkeypatch):

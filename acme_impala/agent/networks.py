@@ -60,32 +60,41 @@ def is_oar(inputs) -> bool:
   return all(hasattr(inputs, f) for f in OAR._fields)
 
 
-def _compiled_cast(dtype: tf.DType):
-  return tf.function(lambda x: tf.cast(x, dtype), jit_compile=True,
-                     autograph=False)
+def _compiled_cast(dtype: tf.DType, block_size: int):
+  if block_size == 1:
+    return tf.function(lambda x: tf.cast(x, dtype), jit_compile=True,
+                       autograph=False)
+  return tf.function(
+      lambda x: tf.nn.space_to_depth(tf.cast(x, dtype), block_size),
+      jit_compile=True, autograph=False)
 
 
 # TF 2.8's own Cast kernel converts uint8 at ~0.6-0.9 ns per element on these
 # CPUs, XLA's at ~0.2-0.3: an Atari learner batch (21 x 32 stacks of
 # 84 x 84 x 4, 19 M elements) takes 11.7 ms one way and 4.3 ms the other.
-_FRAME_CASTS = {dtype: _compiled_cast(dtype)
-                for dtype in (tf.float32, tf.bfloat16)}
+_FRAME_CASTS = {}
 
 
-def frames_to_float(frames: tf.Tensor, dtype: tf.DType = tf.float32
-                    ) -> tf.Tensor:
-  """[..., H, W, C] frames in `dtype` (float32 or bfloat16), values unscaled.
+def frames_to_float(frames: tf.Tensor, dtype: tf.DType = tf.float32,
+                    block_size: int = 1) -> tf.Tensor:
+  """[B, H, W, C] frames in `dtype` (float32 or bfloat16), values unscaled;
+  with block_size > 1, tf.nn.space_to_depth of them, [B, H / block_size,
+  W / block_size, block_size**2 * C].
 
   uint8 frames go through an XLA-compiled cast (a compiled cluster inside
   whatever graph calls it: the learner's step, the actor's policy); other
   dtypes through `tf.cast`.
   """
   frames = tf.convert_to_tensor(frames)
-  if frames.dtype == dtype:
-    return frames
   if frames.dtype == tf.uint8:
-    return _FRAME_CASTS[dtype](frames)
-  return tf.cast(frames, dtype)
+    key = (dtype, block_size)
+    if key not in _FRAME_CASTS:
+      _FRAME_CASTS[key] = _compiled_cast(dtype, block_size)
+    return _FRAME_CASTS[key](frames)
+  frames = tf.cast(frames, dtype)
+  if block_size == 1:
+    return frames
+  return tf.nn.space_to_depth(frames, block_size)
 
 
 # TF 2.8's ReluGrad kernel runs at about half the speed of the same select
@@ -180,6 +189,133 @@ def linear_bias_relu(x: tf.Tensor, w: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
             tf.matmul(x, dz, transpose_a=True))
 
   return _relu_layer(tf.matmul, backward, x, w, b)
+
+
+# The shallow torso's two convolutions have kernels twice their stride (8/4,
+# 4/2). On a space-to-depth view of the input (blocks of stride x stride) such
+# a convolution is a 2 x 2 stride-1 one, i.e. one matmul of every block with
+# the four kernel quarters, [B*Hs*Ws, s*s*C] x [s*s*C, 4*O], followed by a
+# sum of four shifted [Ho, Wo] windows of its output. Where TensorFlow runs
+# its own (Eigen) convolutions -- oneDNN off, TF 2.8's default -- these
+# matmuls and their gradients are faster than the convolution kernels (the
+# first layer's weight gradient ran at 15 GFLOP/s), see docs/benchmarks.md,
+# Learner. With oneDNN on, its convolutions are the faster ones.
+
+
+def _kernel_as_matrix(w: tf.Tensor, stride: int) -> tf.Tensor:
+  """[2s, 2s, C, O] -> [s*s*C, 4*O]: rows (p, q, c) as in
+  tf.nn.space_to_depth, columns (a, b, o) for the kernel quarter at block
+  offset (a, b); w[a*s + p, b*s + q, c, o] sits at [(p, q, c), (a, b, o)]."""
+  _, _, c, o = w.shape
+  w = tf.reshape(w, [2, stride, 2, stride, c, o])
+  return tf.reshape(tf.transpose(w, [1, 3, 4, 0, 2, 5]),
+                    [stride * stride * c, 4 * o])
+
+
+def _matrix_as_kernel(m: tf.Tensor, stride: int, c: int, o: int
+                      ) -> tf.Tensor:
+  """The inverse of `_kernel_as_matrix`: [s*s*C, 4*O] -> [2s, 2s, C, O]."""
+  m = tf.reshape(m, [stride, stride, c, 2, 2, o])
+  return tf.reshape(tf.transpose(m, [3, 0, 4, 1, 2, 5]),
+                    [2 * stride, 2 * stride, c, o])
+
+
+def _crop_to_multiple(x: tf.Tensor, block: int) -> tf.Tensor:
+  """x [B, H, W, C] without the rows and columns past the last multiple of
+  block (x itself where H and W are multiples)."""
+  h, w = x.shape[1], x.shape[2]
+  if h % block == 0 and w % block == 0:
+    return x
+  return x[:, :h - h % block, :w - w % block]
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _quarters_sum_bias_relu(q: tf.Tensor, b: tf.Tensor,
+                            out_block: int) -> tf.Tensor:
+  """q [B, Hs, Ws, 2, 2, O] (each block times each kernel quarter) ->
+  y = relu(sum of the quarters' shifted windows + b) [B, Hs-1, Ws-1, O],
+  or with out_block > 1 tf.nn.space_to_depth of y (cropped to multiples of
+  out_block), in the same pass."""
+  z = (q[:, :-1, :-1, 0, 0] + q[:, :-1, 1:, 0, 1] + q[:, 1:, :-1, 1, 0] +
+       q[:, 1:, 1:, 1, 1])
+  y = tf.nn.relu(z + tf.cast(b, q.dtype))
+  if out_block == 1:
+    return y
+  return tf.nn.space_to_depth(_crop_to_multiple(y, out_block), out_block)
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _quarters_grad(dy: tf.Tensor, y: tf.Tensor, out_block: int,
+                   out_size: Tuple[int, int]) -> Tuple[tf.Tensor, tf.Tensor]:
+  """The gradient of `_quarters_sum_bias_relu` at its output y: (dq, db).
+
+  dy, y in that function's output layout; out_size: (Hs-1, Ws-1). dq
+  [B * Hs * Ws, 4 * O] holds the ReLU-masked dy shifted to each quarter's
+  window (zeros outside it); db [O] is summed in float32.
+  """
+  dz = tf.where(y > 0, dy, tf.zeros_like(dy))
+  if out_block > 1:
+    dz = tf.nn.depth_to_space(dz, out_block)
+    dz = tf.pad(dz, [[0, 0], [0, out_size[0] - dz.shape[1]],
+                     [0, out_size[1] - dz.shape[2]], [0, 0]])
+  quarters = [tf.pad(dz, [[0, 0], [a, 1 - a], [b, 1 - b], [0, 0]])
+              for a in (0, 1) for b in (0, 1)]
+  dq = tf.reshape(tf.stack(quarters, axis=-2), [-1, 4 * dz.shape[-1]])
+  return dq, tf.reduce_sum(tf.cast(dz, tf.float32), axis=[0, 1, 2])
+
+
+def space_to_depth_conv2d_bias_relu(xs: tf.Tensor, w: tf.Tensor,
+                                    b: tf.Tensor, stride: int,
+                                    out_block: int = 1) -> tf.Tensor:
+  """y = relu(conv2d(x, w, stride, 'VALID') + b) for a kernel of 2 x stride,
+  computed as matmuls on xs = tf.nn.space_to_depth(x, stride).
+
+  Args:
+    xs: [B, Hs, Ws, stride*stride*C], x's blocks (H = Hs * stride, W = Ws *
+      stride: the convolution's windows tile x exactly).
+    w: [2*stride, 2*stride, C, O] in xs's dtype.
+    b: [O] float32; its gradient is summed in float32.
+    stride: the same along height and width.
+    out_block: > 1: y in tf.nn.space_to_depth's layout by this block (rows
+      and columns past its last multiple dropped), as the next such layer
+      takes its input; computed in the same pass as y.
+
+  Returns:
+    y [B, Hs - 1, Ws - 1, O] (or its blocks) in xs's dtype: equal to
+    `conv2d_bias_relu(x, w, b, stride)` up to the order of the sums (tested
+    in float32, where it runs: oneDNN off refuses bfloat16).
+    Gradients flow to xs, w and b (where y is 0 the upstream gradient is
+    dropped, as there).
+  """
+  k, _, c, o = w.shape
+  if k != 2 * stride or w.shape[1] != 2 * stride:
+    raise ValueError(f'space_to_depth_conv2d_bias_relu: kernel '
+                     f'{w.shape[:2].as_list()} with stride {stride}; '
+                     f'expected a {2 * stride} x {2 * stride} kernel')
+  if xs.shape[-1] != stride * stride * c:
+    raise ValueError(f'space_to_depth_conv2d_bias_relu: {xs.shape[-1]} '
+                     f'channels in xs; expected {stride * stride * c} '
+                     f'(space_to_depth by {stride} of {c} channels)')
+
+  @tf.custom_gradient
+  def layer(xs, w, b):
+    rows = tf.reshape(xs, [-1, xs.shape[-1]])
+    matrix = _kernel_as_matrix(w, stride)
+    y = _quarters_sum_bias_relu(
+        tf.reshape(tf.matmul(rows, matrix),
+                   tf.concat([tf.shape(xs)[:3], [2, 2, o]], 0)), b, out_block)
+
+    def grad(dy):
+      dq, db = _quarters_grad(dy, y, out_block,
+                              (xs.shape[1] - 1, xs.shape[2] - 1))
+      dw = _matrix_as_kernel(tf.matmul(rows, dq, transpose_a=True), stride,
+                             c, o)
+      dxs = tf.reshape(tf.matmul(dq, matrix, transpose_b=True), tf.shape(xs))
+      return dxs, dw, db
+
+    return y, grad
+
+  return layer(xs, w, b)
 
 
 def _onednn_on() -> bool:
@@ -405,6 +541,10 @@ def validate_torso_dtype(torso_dtype: str) -> None:
       'runs.')
 
 
+# How ShallowAtariTorso runs its convolutions (its `conv_impl`).
+CONV_IMPLS = ('conv', 'space_to_depth')
+
+
 class ShallowAtariTorso(snt.Module):
   """The paper's shallow torso: conv 16×8×8/4, conv 32×4×4/2, linear 256.
 
@@ -419,9 +559,21 @@ class ShallowAtariTorso(snt.Module):
   """
 
   def __init__(self, compute_dtype: str = 'float32',
+               conv_impl: Optional[str] = None,
                name: str = 'shallow_atari_torso'):
+    """conv_impl: how the two convolutions run: 'conv' (TensorFlow's
+    convolution kernels) or 'space_to_depth' (as matmuls, see
+    `space_to_depth_conv2d_bias_relu`); None: 'conv' where TensorFlow's
+    oneDNN kernels are on, 'space_to_depth' where they are off. The same
+    function either way, up to the order of the sums."""
     super().__init__(name=name)
     validate_torso_dtype(compute_dtype)
+    if conv_impl is None:
+      conv_impl = 'conv' if _onednn_on() else 'space_to_depth'
+    if conv_impl not in CONV_IMPLS:
+      raise ValueError(f'ShallowAtariTorso: conv_impl={conv_impl!r}; '
+                       f'expected one of {CONV_IMPLS} or None')
+    self._space_to_depth = conv_impl == 'space_to_depth'
     self._dtype = tf.as_dtype(resolve_torso_dtype(compute_dtype, 'shallow'))
     layers = [
         snt.Conv2D(16, [8, 8], stride=[4, 4], padding='VALID'),
@@ -449,10 +601,24 @@ class ShallowAtariTorso(snt.Module):
     # computed as conv(x, w / 255): the scaling passes over the first layer's
     # 1,024 weights, not over the frames or the layer's output.
     conv1_w = conv1.w / 255. if inputs.dtype == tf.uint8 else conv1.w
-    h = frames_to_float(inputs, self._dtype)
-    for layer, w in ((conv1, conv1_w), (conv2, conv2.w)):
-      h = conv2d_bias_relu(h, tf.cast(w, self._dtype), layer.b,
-                           layer.stride[0])
+    layers = ((conv1, conv1_w), (conv2, conv2.w))
+    if self._space_to_depth:
+      # A VALID convolution's windows end at the last multiple of the stride
+      # (kernel = 2 x stride): rows and columns past it are never read.
+      # Each layer's input is in blocks of its stride: the frames' from the
+      # cast, the second layer's from the first.
+      strides = [conv1.stride[0], conv2.stride[0], 1]
+      h = frames_to_float(_crop_to_multiple(inputs, strides[0]),
+                          self._dtype, block_size=strides[0])
+      for i, (layer, w) in enumerate(layers):
+        h = space_to_depth_conv2d_bias_relu(
+            h, tf.cast(w, self._dtype), layer.b, strides[i],
+            out_block=strides[i + 1])
+    else:
+      h = frames_to_float(inputs, self._dtype)
+      for layer, w in layers:
+        h = conv2d_bias_relu(h, tf.cast(w, self._dtype), layer.b,
+                             layer.stride[0])
     h = tf.reshape(h, [tf.shape(h)[0], -1])
     h = linear_bias_relu(h, tf.cast(linear.w, self._dtype), linear.b)
     return tf.cast(h, tf.float32)
