@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import provenance
@@ -69,22 +70,48 @@ def write_grid_csv(path: str, columns: dict, record: dict):
                       [record.get('commit'), record.get('cpu')])
 
 
+class _Terminated(Exception):
+  """This process got SIGTERM (args[0]: the signal)."""
+
+
+def _stop(proc):
+  """SIGTERM, so that a launcher stops its nodes (no orphans); killed only
+  if it has not stopped `_STOP_GRACE_S` later."""
+  proc.send_signal(signal.SIGTERM)
+  try:
+    proc.wait(timeout=_STOP_GRACE_S)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+
+
 def run_program(cmd, timeout_s=None, **popen_kwargs):
   """Runs `cmd` to its end; returns its exit code, or None when it outlived
-  `timeout_s` and was stopped: with SIGTERM first, so that a launcher stops
-  its nodes (no orphans), killed only if it has not stopped
-  `_STOP_GRACE_S` later."""
+  `timeout_s` and was stopped (`_stop`). A SIGTERM to this process stops
+  the program the same way before this process exits (1, naming it):
+  without it the program's launcher and nodes would outlive the
+  benchmark."""
   proc = subprocess.Popen(cmd, **popen_kwargs)
+
+  def on_sigterm(signum, frame):
+    # Raised out of the wait below, which then releases the process (a
+    # wait inside the handler would block on the one in progress).
+    del frame
+    raise _Terminated(signum)
+
+  previous = signal.signal(signal.SIGTERM, on_sigterm)
   try:
     return proc.wait(timeout=timeout_s)
   except subprocess.TimeoutExpired:
-    proc.send_signal(signal.SIGTERM)
-    try:
-      proc.wait(timeout=_STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      proc.wait()
+    _stop(proc)
     return None
+  except _Terminated as e:
+    _stop(proc)
+    raise SystemExit(f'{os.path.basename(sys.argv[0])}: signal {e.args[0]}; '
+                     f'stopped {" ".join(cmd[1:2])} (exit {proc.returncode})'
+                     ) from None
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 def _command(cmd):

@@ -3,6 +3,8 @@
 import importlib.util
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -98,3 +100,34 @@ def test_a_program_deaf_to_sigterm_is_killed_after_the_grace(
   assert program_runs.run_program(_python(code), timeout_s=3) is None
   assert started.exists()  # It ran, and ignored SIGTERM.
   assert time.time() - start < 30
+
+
+def test_a_benchmark_stopped_with_sigterm_stops_its_program(tmp_path):
+  """SIGTERM to a benchmark that runs a program: the program gets SIGTERM
+  (its launcher stops its nodes) and has ended when the benchmark exits,
+  naming the signal; nothing outlives it."""
+  stopped, pid_file = tmp_path / 'stopped', tmp_path / 'pid'
+  program = ('import os, signal, sys, time\n'
+             'def stop(*_):\n'
+             f'  open({str(stopped)!r}, "w").write("stopped"); sys.exit(1)\n'
+             'signal.signal(signal.SIGTERM, stop)\n'
+             f'open({str(pid_file)!r}, "w").write(str(os.getpid()))\n'
+             'time.sleep(60)\n')
+  benchmark = (f'import sys; sys.path.insert(0, {_BENCHMARKS!r})\n'
+               'import program_runs\n'
+               f'program_runs.run_program([sys.executable, "-c", {program!r}])\n')
+  proc = subprocess.Popen([sys.executable, '-c', benchmark],
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+      assert time.time() < deadline and proc.poll() is None
+      time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+  finally:
+    proc.kill()
+  assert proc.returncode == 1 and 'signal 15; stopped' in err, err
+  assert stopped.read_text() == 'stopped'
+  with pytest.raises(ProcessLookupError):
+    os.kill(int(pid_file.read_text()), 0)
