@@ -60,19 +60,19 @@ def is_oar(inputs) -> bool:
   return all(hasattr(inputs, f) for f in OAR._fields)
 
 
-def _compiled_cast(dtype: tf.DType, block_size: int):
+def _cast_in_blocks(frames: tf.Tensor, dtype: tf.DType,
+                    block_size: int) -> tf.Tensor:
+  frames = tf.cast(frames, dtype)
   if block_size == 1:
-    return tf.function(lambda x: tf.cast(x, dtype), jit_compile=True,
-                       autograph=False)
-  return tf.function(
-      lambda x: tf.nn.space_to_depth(tf.cast(x, dtype), block_size),
-      jit_compile=True, autograph=False)
+    return frames
+  return tf.nn.space_to_depth(frames, block_size)
 
 
 # TF 2.8's own Cast kernel converts uint8 at ~0.6-0.9 ns per element on these
 # CPUs, XLA's at ~0.2-0.3: an Atari learner batch (21 x 32 stacks of
 # 84 x 84 x 4, 19 M elements) takes 11.7 ms one way and 4.3 ms the other.
-_FRAME_CASTS = {}
+_compiled_cast_in_blocks = tf.function(_cast_in_blocks, jit_compile=True,
+                                       autograph=False)
 
 
 def frames_to_float(frames: tf.Tensor, dtype: tf.DType = tf.float32,
@@ -86,23 +86,20 @@ def frames_to_float(frames: tf.Tensor, dtype: tf.DType = tf.float32,
   dtypes through `tf.cast`.
   """
   frames = tf.convert_to_tensor(frames)
-  if frames.dtype == tf.uint8:
-    key = (dtype, block_size)
-    if key not in _FRAME_CASTS:
-      _FRAME_CASTS[key] = _compiled_cast(dtype, block_size)
-    return _FRAME_CASTS[key](frames)
-  frames = tf.cast(frames, dtype)
-  if block_size == 1:
-    return frames
-  return tf.nn.space_to_depth(frames, block_size)
+  cast = (_compiled_cast_in_blocks if frames.dtype == tf.uint8 else
+          _cast_in_blocks)
+  return cast(frames, dtype, block_size)
 
 
 # TF 2.8's ReluGrad kernel runs at about half the speed of the same select
 # compiled by XLA on the shallow torso's activations (a learner batch's first
 # layer, [672, 20, 20, 16]: 3.0 against 1.6 ms here).
-_relu_grad = tf.function(
-    lambda dy, y: tf.where(y > 0, dy, tf.zeros_like(dy)), jit_compile=True,
-    autograph=False)
+def _relu_mask(dy: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+  """dy where y = relu(.) > 0, 0 elsewhere (even where dy is not finite)."""
+  return tf.where(y > 0, dy, tf.zeros_like(dy))
+
+
+_relu_grad = tf.function(_relu_mask, jit_compile=True, autograph=False)
 
 
 def _bias_grad(dz: tf.Tensor) -> tf.Tensor:
@@ -253,7 +250,7 @@ def _quarters_grad(dy: tf.Tensor, y: tf.Tensor, out_block: int,
   [B * Hs * Ws, 4 * O] holds the ReLU-masked dy shifted to each quarter's
   window (zeros outside it); db [O] is summed in float32.
   """
-  dz = tf.where(y > 0, dy, tf.zeros_like(dy))
+  dz = _relu_mask(dy, y)
   if out_block > 1:
     dz = tf.nn.depth_to_space(dz, out_block)
     dz = tf.pad(dz, [[0, 0], [0, out_size[0] - dz.shape[1]],
