@@ -36,6 +36,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # pylint: disable=g-import-not-at-top,wrong-import-position
+import program_runs  # pylint: disable=g-import-not-at-top
 
 METHODS = ('collective', 'courier')
 NETS = ('shallow', 'deep')
@@ -170,7 +171,7 @@ def _run_pair(method, net, shapes, steps, warmup):
   # before the process runs any TensorFlow op ("Collective ops must be
   # configured at program startup"), so a replica builds no network.
   ports = [_free_port(), _free_port()]
-  procs = [subprocess.Popen(
+  procs = [program_runs.popen(
       [sys.executable, os.path.abspath(__file__), '--worker', method,
        json.dumps(shapes), str(i), ','.join(map(str, ports)), str(steps), str(warmup)],
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -222,6 +223,7 @@ def main():
       parser.error(f'--{name}={",".join(value)}: {bad} not among {allowed}')
   if args.steps < 1 or args.warmup < 1 or args.repeats < 1:
     parser.error('--steps, --warmup and --repeats must be at least 1')
+  program_runs.exit_on_sigterm()  # Its `finally` blocks stop the replicas.
   print(f'allreduce_bench.py at {provenance.stamp()}; 2 processes on '
         f'loopback, {args.steps} timed exchanges after {args.warmup}, '
         f'{args.repeats} repeats', flush=True)

@@ -25,6 +25,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 import provenance  # pylint: disable=g-import-not-at-top
+import program_runs  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_list('seeds', ['0'], 'Seeds (one program run each).')
 flags.DEFINE_float('target', 450., 'Target 20-episode evaluator average.')
@@ -58,7 +59,7 @@ def run_seed(seed):
   csv_path = os.path.join(logdir, 'logs', 'evaluator', 'logs.csv')
   start = time.time()
   with open(log_path, 'w') as log:
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc = program_runs.popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     reached, best, last_print = None, float('-inf'), start
     while proc.poll() is None:
       time.sleep(2.)
@@ -89,6 +90,7 @@ def run_seed(seed):
 
 def main(argv):
   del argv
+  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   commit = provenance.git_commit()
   budget = FLAGS.max_actor_steps or "the program's default"
   onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1 (acme_impala default)')

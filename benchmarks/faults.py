@@ -39,6 +39,7 @@ from absl import flags
 import numpy as np
 import node_memory  # pylint: disable=g-import-not-at-top
 import provenance
+import program_runs
 
 flags.DEFINE_integer('max_actor_steps', 2_400_000,
                      'Budget of each run (about 20 min on 2 cores).')
@@ -82,7 +83,7 @@ def run(name, faulted):
              'replay/0': FLAGS.replay_kill_at_s} if faulted else {}
   actor_turn = 0
   with open(out_path, 'w') as out:
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    proc = program_runs.popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     while proc.poll() is None:
       t = time.time() - start
       nodes = node_memory.nodes(logdir)
@@ -176,6 +177,7 @@ def memory_rows(result):
 
 def main(argv):
   del argv
+  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   commit = provenance.git_commit()
   print(f'faults.py at commit {commit} '
         f'on {provenance.cpu()}: '

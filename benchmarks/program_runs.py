@@ -1,10 +1,13 @@
 """A benchmark's program run, done once: a finished run leaves
 `benchmark_run.json` in its logdir and is not run again, so an interrupted
 benchmark resumes where it stopped (`benchmarks/minatar.py`,
-`benchmarks/multitask.py`, `benchmarks/pbt.py`); and a program run with a
-time limit that lets the launcher stop its nodes (`run_program`)."""
+`benchmarks/multitask.py`, `benchmarks/pbt.py`); a program run with a
+time limit that lets the launcher stop its nodes (`run_program`); and what
+every benchmark that starts processes uses so that none outlives it
+(`popen`, `exit_on_sigterm`)."""
 
 import csv
+import ctypes
 import glob
 import json
 import os
@@ -20,6 +23,41 @@ DONE = 'benchmark_run.json'
 
 # How long a launcher has to stop its nodes after SIGTERM.
 _STOP_GRACE_S = 120
+_PR_SET_PDEATHSIG = 1  # From <linux/prctl.h>.
+# Loaded here, not in the forked child (a dlopen after a fork can block).
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _tie_to(parent_pid: int):
+  """A Popen preexec_fn (run in the child before exec): SIGTERM to the child
+  when its parent dies."""
+  def preexec():
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:
+      os._exit(1)  # The parent died before the prctl.  pylint: disable=protected-access
+  return preexec
+
+
+def popen(cmd, **popen_kwargs) -> subprocess.Popen:
+  """`subprocess.Popen(cmd, **popen_kwargs)`, the child tied to this
+  process: it gets SIGTERM when this process dies, however it dies (SIGKILL
+  and a crash included), so a program's launcher stops its nodes instead of
+  outliving the benchmark. Call it from the main thread: the kernel sends
+  the signal when the thread that started the child ends."""
+  return subprocess.Popen(cmd, preexec_fn=_tie_to(os.getpid()),
+                          **popen_kwargs)
+
+
+def exit_on_sigterm() -> None:
+  """From here on, SIGTERM to this process raises SystemExit in its main
+  thread (exit 1, naming the signal): the `finally` blocks that stop what
+  it started run, as they do after Ctrl-C. Without it, SIGTERM ends the
+  interpreter on the spot."""
+  def on_sigterm(signum, frame):
+    del frame
+    raise SystemExit(f'{os.path.basename(sys.argv[0])}: signal {signum}; '
+                     'stopping what it started')
+  signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def finished(logdir: str):
@@ -90,8 +128,9 @@ def run_program(cmd, timeout_s=None, **popen_kwargs):
   `timeout_s` and was stopped (`_stop`). A SIGTERM to this process stops
   the program the same way before this process exits (1, naming it):
   without it the program's launcher and nodes would outlive the
-  benchmark."""
-  proc = subprocess.Popen(cmd, **popen_kwargs)
+  benchmark. Any other death of this process sends the program SIGTERM
+  (`popen`)."""
+  proc = popen(cmd, **popen_kwargs)
 
   def on_sigterm(signum, frame):
     # Raised out of the wait below, which then releases the process (a

@@ -31,6 +31,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import node_memory
 import provenance
+import program_runs
 
 flags.DEFINE_float('minutes', 20., 'How long the program runs.')
 flags.DEFINE_float('sample_every_s', 30., 'Memory sampling period.')
@@ -54,8 +55,8 @@ def run_program(logdir: str):
   samples: node_memory.Samples = {}
   start = time.time()
   with open(out_path, 'w') as out:
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = program_runs.popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                              start_new_session=True)
     try:
       next_sample = 0.
       while proc.poll() is None and time.time() - start < FLAGS.minutes * 60:
@@ -80,6 +81,7 @@ def run_program(logdir: str):
 
 def main(argv):
   del argv
+  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   logdir = FLAGS.logdir or tempfile.mkdtemp(prefix='impala_soak_')
   os.makedirs(logdir, exist_ok=True)  # A --logdir not made yet.
   print(f'soak.py at {provenance.stamp()}: programs/impala_lp.py '

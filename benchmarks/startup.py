@@ -40,6 +40,7 @@ sys.path.insert(0, _ROOT)
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import provenance  # pylint: disable=g-import-not-at-top
+import program_runs  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_integer('repeats', 3, 'Program launches (medians reported).')
 flags.DEFINE_integer('max_actor_steps', 20_000, 'Budget of each launch.')
@@ -70,8 +71,8 @@ def _launch(method: str, warm_up: bool) -> dict:
          '--verbose'] + list(
              FLAGS.program_flags)
   start = time.perf_counter()
-  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+  proc = program_runs.popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
   timer = threading.Timer(FLAGS.timeout_s, proc.kill)
   timer.start()
   times, nodes, tail = {}, {}, []
@@ -115,6 +116,7 @@ def _variants():
 
 def main(argv):
   del argv
+  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   variants = _variants()
   print(f'startup.py at {provenance.stamp()}: programs/impala_lp.py '
         f'--lp_launch_type=local_mp --max_actor_steps={FLAGS.max_actor_steps} '

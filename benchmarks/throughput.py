@@ -66,6 +66,7 @@ from acme_impala.host import hardware
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import provenance  # pylint: disable=g-import-not-at-top
+import program_runs  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_bool('quick', False, 'Fewer settings and shorter runs.')
 flags.DEFINE_string('config', 'cartpole',
@@ -473,8 +474,8 @@ def _measure_program(logdir, num_actors, envs_per_actor, steps, extra):
   # (from the supervisor's pid file) and the idle time.
   samples = []
   with tempfile.TemporaryFile('w+') as output:
-    proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = program_runs.popen(cmd, stdout=output, stderr=subprocess.STDOUT,
+                              text=True)
     try:
       while proc.poll() is None:
         if time.time() - start > 900:
@@ -541,8 +542,8 @@ def _acme_row(seconds):
 
 def _acme_tries(cmd, seconds, env):
   for attempt in range(1, _ACME_TRIES + 1):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = program_runs.popen(cmd, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
     try:
       out, err = proc.communicate(timeout=seconds + _ACME_GRACE_S)
     except subprocess.TimeoutExpired:
@@ -609,6 +610,7 @@ def _acme_run(seconds):
 
 def main(argv):
   del argv
+  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   if FLAGS.probe:
     engine, env_id, k, mode = FLAGS.probe.rsplit(':', 3)
     print(json.dumps(_probe(engine, env_id, int(k), mode)))

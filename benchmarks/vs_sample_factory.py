@@ -45,6 +45,7 @@ sys.path.insert(0, _ROOT)
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import provenance  # pylint: disable=g-import-not-at-top
+import program_runs  # pylint: disable=g-import-not-at-top
 import psutil
 
 flags.DEFINE_integer('repeats', 2, 'Runs of each system (alternating).')
@@ -159,10 +160,10 @@ def _run(cmd, poll, stop_group: bool = False) -> dict:
   frames, returns = [], []  # (t, value)
   start = time.perf_counter()
   with open(log_path, 'w') as log:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            errors='replace', start_new_session=True,
-                            cwd=workdir)
+    proc = program_runs.popen(cmd, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              errors='replace', start_new_session=True,
+                              cwd=workdir)
     lines = []
     lock = threading.Lock()
 
@@ -260,6 +261,7 @@ def _fmt(x, spec):
 
 def main(argv):
   del argv
+  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   if not os.path.exists(FLAGS.sf_python):
     raise SystemExit(f'--sf_python={FLAGS.sf_python!r} does not exist: run '
                      '`bash benchmarks/setup_sample_factory.sh` first.')

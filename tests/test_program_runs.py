@@ -131,3 +131,83 @@ def test_a_benchmark_stopped_with_sigterm_stops_its_program(tmp_path):
   assert stopped.read_text() == 'stopped'
   with pytest.raises(ProcessLookupError):
     os.kill(int(pid_file.read_text()), 0)
+
+
+def _wait_for_text(path, proc, timeout_s=60):
+  deadline = time.time() + timeout_s
+  while not path.exists() or not path.read_text():
+    assert time.time() < deadline and proc.poll() is None
+    time.sleep(0.1)
+  return path.read_text()
+
+
+def _program_that_records_sigterm(stopped, pid_file):
+  return ('import os, signal, sys, time\n'
+          'def stop(*_):\n'
+          f'  open({str(stopped)!r}, "w").write("stopped"); sys.exit(1)\n'
+          'signal.signal(signal.SIGTERM, stop)\n'
+          f'open({str(pid_file)!r}, "w").write(str(os.getpid()))\n'
+          'time.sleep(60)\n')
+
+
+def test_a_program_started_with_popen_stops_when_its_benchmark_is_killed(
+    tmp_path):
+  """SIGKILL to a benchmark (no handler can run): the program it started
+  with `popen` gets SIGTERM from the kernel and stops, instead of living
+  on as an orphan."""
+  stopped, pid_file = tmp_path / 'stopped', tmp_path / 'pid'
+  program = _program_that_records_sigterm(stopped, pid_file)
+  benchmark = (f'import sys, time; sys.path.insert(0, {_BENCHMARKS!r})\n'
+               'import program_runs\n'
+               f'program_runs.popen([sys.executable, "-c", {program!r}])\n'
+               'time.sleep(60)\n')
+  proc = subprocess.Popen([sys.executable, '-c', benchmark])
+  try:
+    pid = int(_wait_for_text(pid_file, proc))
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.time() + 30
+    while not stopped.exists():
+      assert time.time() < deadline, 'the program outlived its benchmark'
+      time.sleep(0.1)
+  finally:
+    proc.kill()
+  assert stopped.read_text() == 'stopped'
+  deadline = time.time() + 10
+  while True:  # Reaped by init once it has exited.
+    try:
+      os.kill(pid, 0)
+    except ProcessLookupError:
+      break
+    assert time.time() < deadline, f'pid {pid} still runs'
+    time.sleep(0.1)
+
+
+def test_exit_on_sigterm_runs_the_finally_blocks(tmp_path):
+  """With `exit_on_sigterm`, SIGTERM ends a benchmark through its `finally`
+  blocks (where it stops what it started), with exit 1 naming the signal;
+  without it, the interpreter ends on the spot and they never run."""
+  for installed in (True, False):
+    cleaned, pid_file = tmp_path / f'cleaned_{installed}', tmp_path / f'pid_{installed}'
+    benchmark = (f'import os, sys, time; sys.path.insert(0, {_BENCHMARKS!r})\n'
+                 'import program_runs\n'
+                 + ('program_runs.exit_on_sigterm()\n' if installed else '') +
+                 'try:\n'
+                 f'  open({str(pid_file)!r}, "w").write(str(os.getpid()))\n'
+                 '  time.sleep(60)\n'
+                 'finally:\n'
+                 f'  open({str(cleaned)!r}, "w").write("cleaned")\n')
+    proc = subprocess.Popen([sys.executable, '-c', benchmark],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+      _wait_for_text(pid_file, proc)
+      proc.send_signal(signal.SIGTERM)
+      _, err = proc.communicate(timeout=30)
+    finally:
+      proc.kill()
+    if installed:
+      assert proc.returncode == 1 and 'signal 15' in err, err
+      assert cleaned.read_text() == 'cleaned'
+    else:
+      assert proc.returncode == -signal.SIGTERM
+      assert not cleaned.exists()
