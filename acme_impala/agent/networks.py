@@ -741,7 +741,7 @@ def lstm_unroll(core: snt.LSTM, inputs: tf.Tensor, state: snt.LSTMState,
     # A multiplication by 0/1 rather than tf.where: with TF 2.8's select the
     # resets took 22 % of this function's time on CartPole's LSTM(64), with the
     # multiplication 7 % (forward and backward, 21 steps; docs/benchmarks.md,
-    # "Where a float32 step goes"). It differs only for a non-finite state or
+    # Learner). It differs only for a non-finite state or
     # gradient, which 0 does not clear; the network and its update are then
     # non-finite anyway.
     return x if keep is None else x * keep[t]
