@@ -35,8 +35,8 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import program_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 import provenance  # pylint: disable=g-import-not-at-top,wrong-import-position
-import program_runs  # pylint: disable=g-import-not-at-top
 
 METHODS = ('collective', 'courier')
 NETS = ('shallow', 'deep')

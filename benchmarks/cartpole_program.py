@@ -24,8 +24,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
-import provenance  # pylint: disable=g-import-not-at-top
 import program_runs  # pylint: disable=g-import-not-at-top
+import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_list('seeds', ['0'], 'Seeds (one program run each).')
 flags.DEFINE_float('target', 450., 'Target 20-episode evaluator average.')

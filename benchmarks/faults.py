@@ -38,8 +38,8 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import numpy as np
 import node_memory  # pylint: disable=g-import-not-at-top
-import provenance
 import program_runs
+import provenance
 
 flags.DEFINE_integer('max_actor_steps', 2_400_000,
                      'Budget of each run (about 20 min on 2 cores).')

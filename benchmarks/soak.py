@@ -30,8 +30,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import node_memory
-import provenance
 import program_runs
+import provenance
 
 flags.DEFINE_float('minutes', 20., 'How long the program runs.')
 flags.DEFINE_float('sample_every_s', 30., 'Memory sampling period.')

@@ -39,8 +39,8 @@ sys.path.insert(0, _ROOT)
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
-import provenance  # pylint: disable=g-import-not-at-top
 import program_runs  # pylint: disable=g-import-not-at-top
+import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_integer('repeats', 3, 'Program launches (medians reported).')
 flags.DEFINE_integer('max_actor_steps', 20_000, 'Budget of each launch.')

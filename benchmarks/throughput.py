@@ -65,8 +65,8 @@ from acme_impala.agent import presets
 from acme_impala.host import hardware
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import provenance  # pylint: disable=g-import-not-at-top
 import program_runs  # pylint: disable=g-import-not-at-top
+import provenance  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_bool('quick', False, 'Fewer settings and shorter runs.')
 flags.DEFINE_string('config', 'cartpole',

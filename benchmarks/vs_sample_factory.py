@@ -44,8 +44,8 @@ sys.path.insert(0, _ROOT)
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
-import provenance  # pylint: disable=g-import-not-at-top
 import program_runs  # pylint: disable=g-import-not-at-top
+import provenance  # pylint: disable=g-import-not-at-top
 import psutil
 
 flags.DEFINE_integer('repeats', 2, 'Runs of each system (alternating).')
