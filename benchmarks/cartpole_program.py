@@ -90,7 +90,6 @@ def run_seed(seed):
 
 def main(argv):
   del argv
-  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   commit = provenance.git_commit()
   budget = FLAGS.max_actor_steps or "the program's default"
   onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1 (acme_impala default)')

@@ -177,7 +177,6 @@ def memory_rows(result):
 
 def main(argv):
   del argv
-  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   commit = provenance.git_commit()
   print(f'faults.py at commit {commit} '
         f'on {provenance.cpu()}: '

@@ -48,16 +48,21 @@ def popen(cmd, **popen_kwargs) -> subprocess.Popen:
                           **popen_kwargs)
 
 
+class Terminated(SystemExit):
+  """SIGTERM to this process, raised in its main thread (exit 1; its
+  message names the script and the signal)."""
+
+
+def _raise_terminated(signum, frame):
+  del frame
+  raise Terminated(f'{os.path.basename(sys.argv[0])}: signal {signum}')
+
+
 def exit_on_sigterm() -> None:
-  """From here on, SIGTERM to this process raises SystemExit in its main
-  thread (exit 1, naming the signal): the `finally` blocks that stop what
-  it started run, as they do after Ctrl-C. Without it, SIGTERM ends the
-  interpreter on the spot."""
-  def on_sigterm(signum, frame):
-    del frame
-    raise SystemExit(f'{os.path.basename(sys.argv[0])}: signal {signum}; '
-                     'stopping what it started')
-  signal.signal(signal.SIGTERM, on_sigterm)
+  """From here on, SIGTERM to this process raises `Terminated` in its main
+  thread: the `finally` blocks that stop what it started run, as they do
+  after Ctrl-C. Without it, SIGTERM ends the interpreter on the spot."""
+  signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def finished(logdir: str):
@@ -108,10 +113,6 @@ def write_grid_csv(path: str, columns: dict, record: dict):
                       [record.get('commit'), record.get('cpu')])
 
 
-class _Terminated(Exception):
-  """This process got SIGTERM (args[0]: the signal)."""
-
-
 def _stop(proc):
   """SIGTERM, so that a launcher stops its nodes (no orphans); killed only
   if it has not stopped `_STOP_GRACE_S` later."""
@@ -131,24 +132,18 @@ def run_program(cmd, timeout_s=None, **popen_kwargs):
   benchmark. Any other death of this process sends the program SIGTERM
   (`popen`)."""
   proc = popen(cmd, **popen_kwargs)
-
-  def on_sigterm(signum, frame):
-    # Raised out of the wait below, which then releases the process (a
-    # wait inside the handler would block on the one in progress).
-    del frame
-    raise _Terminated(signum)
-
-  previous = signal.signal(signal.SIGTERM, on_sigterm)
+  # Raised out of the wait below, which then releases the process (a wait
+  # inside the handler would block on the one in progress).
+  previous = signal.signal(signal.SIGTERM, _raise_terminated)
   try:
     return proc.wait(timeout=timeout_s)
   except subprocess.TimeoutExpired:
     _stop(proc)
     return None
-  except _Terminated as e:
+  except Terminated as e:
     _stop(proc)
-    raise SystemExit(f'{os.path.basename(sys.argv[0])}: signal {e.args[0]}; '
-                     f'stopped {" ".join(cmd[1:2])} (exit {proc.returncode})'
-                     ) from None
+    raise SystemExit(f'{e.code}; stopped {" ".join(cmd[1:2])} '
+                     f'(exit {proc.returncode})') from None
   finally:
     signal.signal(signal.SIGTERM, previous)
 

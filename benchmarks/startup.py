@@ -116,7 +116,6 @@ def _variants():
 
 def main(argv):
   del argv
-  program_runs.exit_on_sigterm()  # Its `finally` blocks stop what it starts.
   variants = _variants()
   print(f'startup.py at {provenance.stamp()}: programs/impala_lp.py '
         f'--lp_launch_type=local_mp --max_actor_steps={FLAGS.max_actor_steps} '
