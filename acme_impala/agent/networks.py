@@ -481,7 +481,7 @@ def resolve_torso_dtype(torso_dtype: str, network: str) -> str:
   """The compute dtype a torso runs in: `torso_dtype` itself, or for 'auto'
   'bfloat16' when `network` is the shallow torso, oneDNN is on in this
   process, the CPU has AVX-512 BF16 units and no AMX (an AMD EPYC with
-  AVX-512, where the learner measured 1.28x faster with it,
+  AVX-512, where the learner measured 1.33-1.37x faster with it,
   docs/benchmarks.md#learner: on CPUs without the units oneDNN emulates
   bfloat16, slower, or TensorFlow has no kernel; on an Intel Xeon with AMX,
   whose AMX kernel deadlocks and is kept off (`amx_allowed`), AVX-512 BF16
