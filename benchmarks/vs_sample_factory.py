@@ -53,8 +53,8 @@ flags.DEFINE_float('seconds', 150., 'Wall time of each run from its launch.')
 flags.DEFINE_float('warmup_s', 30., 'Start of the env steps/s window.')
 flags.DEFINE_float('target', 475., 'Average return to time.')
 flags.DEFINE_integer('stop_after_reports', 0,
-                     'End a run once it has reported its env steps at this '
-                     'many times from --warmup_s on (0: every run lasts '
+                     'End a run once it has reported this many different '
+                     'env step counts from --warmup_s on (0: every run lasts '
                      '--seconds). For smoke runs: the rate needs 2.',
                      lower_bound=0)
 flags.DEFINE_string('sf_python', os.path.join(_ROOT, '.venv-sf', 'bin',
@@ -186,8 +186,11 @@ def _run(cmd, poll, stop_group: bool = False) -> dict:
         for t_line, line in batch:
           poll(line, t_line, frames, returns)
         poll(None, t, frames, returns)
+        # Different counts, not reports: a run that reports before its
+        # actors step (ours' evaluator logs 0 steps on a loaded machine)
+        # has no rate yet.
         if FLAGS.stop_after_reports and len(
-            {t for t, _ in frames if t >= FLAGS.warmup_s}) >= (
+            {n for t, n in frames if t >= FLAGS.warmup_s}) >= (
                 FLAGS.stop_after_reports):
           break
       early = proc.poll()
@@ -246,7 +249,8 @@ def run_ours() -> dict:
 def summarise(run: dict) -> dict:
   frames = [(t, n) for t, n in run['frames'] if t >= FLAGS.warmup_s]
   rate = None
-  if len(frames) >= 2 and frames[-1][0] > frames[0][0]:
+  # No progress over the window is no measurement (not a rate of 0).
+  if len(frames) >= 2 and frames[-1][1] > frames[0][1]:
     rate = (frames[-1][1] - frames[0][1]) / (frames[-1][0] - frames[0][0])
   hit = next((t for t, r in run['returns'] if r >= FLAGS.target), None)
   best = max((r for _, r in run['returns']), default=float('nan'))
@@ -328,7 +332,8 @@ def main(argv):
   unmeasured = [f"{r['system']} run {r['repeat']} ({r['log']})"
                 for r in rows if r['steps_per_s'] is None]
   if unmeasured:
-    # Its table row says n/a: no two progress reports after the warm-up.
+    # Its table row says n/a: no two different step counts reported after
+    # the warm-up.
     raise SystemExit('vs_sample_factory.py: no env steps/s measured for '
                      + ', '.join(unmeasured) + f'; --seconds={FLAGS.seconds:g}'
                      ' may be too short for it to start')
