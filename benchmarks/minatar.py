@@ -62,6 +62,10 @@ flags.DEFINE_string('outdir',
                     os.path.join(_ROOT, 'benchmarks', 'results', 'minatar'),
                     'Where the CSVs, pictures and table go.')
 flags.DEFINE_integer('points', 100, 'Grid points of the per-seed CSVs.')
+flags.DEFINE_bool('resume', False,
+                  'Continue an unfinished run (stopped, e.g. by a '
+                  "machine's time limit) from its checkpoints: the program "
+                  'with --restore, its launches recorded.')
 flags.DEFINE_bool('summarize_only', False,
                   'Run nothing; summarise the runs under --logroot.')
 flags.DEFINE_string('baseline_logroot', None,
@@ -97,7 +101,8 @@ def run(game, seed):
   return program_runs.run_once(
       f'minatar.py: {game} seed {seed}', cmd, logdir, game=game, seed=seed,
       max_actor_steps=FLAGS.max_actor_steps,
-      program_flags=list(FLAGS.program_flags))
+      program_flags=list(FLAGS.program_flags),
+      resume=FLAGS.resume)
 
 
 def _train_curve(logdir):

@@ -22,6 +22,11 @@ made on another machine) is summarised from that CSV if it ends at
 --max_actor_steps: its curves are the CSV's grid points, and its other
 settings are not checked.
 
+A run stopped before its budget (Ctrl-C, SIGTERM, a machine's time limit)
+continues from its checkpoints with `--resume` (program_runs.run_once): its
+wall minutes sum its launches, the CSVs' wall seconds leave out the time it
+was down, and its commit and CPU name each launch's.
+
   python benchmarks/pong.py --seeds=0 --max_actor_steps=2000000
   python benchmarks/pong.py --summarize_only
 """
@@ -62,6 +67,10 @@ flags.DEFINE_string('outdir',
                     'Where the CSVs, picture and table go.')
 flags.DEFINE_integer('points', 50, 'Grid points of the per-seed CSVs.',
                      lower_bound=2)
+flags.DEFINE_bool('resume', False,
+                  'Continue an unfinished run (stopped, e.g. by a '
+                  "machine's time limit) from its checkpoints: the program "
+                  'with --restore, its launches recorded.')
 flags.DEFINE_bool('summarize_only', False,
                   'Run nothing; summarise the finished runs under --logroot.')
 FLAGS = flags.FLAGS
@@ -81,7 +90,8 @@ def run(seed):
   return program_runs.run_once(
       f'pong.py: seed {seed}', cmd, logdir, timeout_s=FLAGS.run_timeout_s,
       seed=seed, max_actor_steps=FLAGS.max_actor_steps,
-      program_flags=list(FLAGS.program_flags))
+      program_flags=list(FLAGS.program_flags),
+      resume=FLAGS.resume)
 
 
 def seed_curve(logdir):

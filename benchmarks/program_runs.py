@@ -1,10 +1,12 @@
 """A benchmark's program run, done once: a finished run leaves
 `benchmark_run.json` in its logdir and is not run again, so an interrupted
 benchmark resumes where it stopped (`benchmarks/minatar.py`,
-`benchmarks/multitask.py`, `benchmarks/pbt.py`); a program run with a
-time limit that lets the launcher stop its nodes (`run_program`); and what
-every benchmark that starts processes uses so that none outlives it
-(`popen`, `exit_on_sigterm`)."""
+`benchmarks/multitask.py`, `benchmarks/pbt.py`); a run stopped before its
+end (a machine's time limit) continued from its checkpoints, its launches
+recorded in `benchmark_segments.json` (`run_once(resume=True)`); a program
+run with a time limit that lets the launcher stop its nodes
+(`run_program`); and what every benchmark that starts processes uses so
+that none outlives it (`popen`, `exit_on_sigterm`)."""
 
 import csv
 import ctypes
@@ -19,6 +21,9 @@ import time
 import provenance
 
 DONE = 'benchmark_run.json'
+# A run's launches: [{commit, cpu, start, end, exit}], start and end in unix
+# seconds; written at each launch and each exit.
+SEGMENTS = 'benchmark_segments.json'
 
 
 # How long a launcher has to stop its nodes after SIGTERM.
@@ -154,14 +159,67 @@ def _command(cmd):
   return [os.path.basename(cmd[1])] + list(cmd[2:])
 
 
-def run_once(label: str, cmd, logdir: str, timeout_s=None, **record) -> dict:
+def _write_json(path: str, value) -> None:
+  """`value` to `path` whole or not at all (a kill mid-write leaves the
+  previous file)."""
+  with open(path + '.tmp', 'w') as f:
+    json.dump(value, f, indent=1)
+  os.replace(path + '.tmp', path)
+
+
+def last_log_time(logdir: str) -> float:
+  """The unix time of the last write under `logdir/logs` (else `logdir`):
+  when a run killed without a chance to record its end last ran."""
+  times = [os.path.getmtime(path) for path in glob.glob(
+      os.path.join(logdir, 'logs', '**', '*'), recursive=True)]
+  return max(times) if times else os.path.getmtime(logdir)
+
+
+def _read_segments(label: str, logdir: str, record: dict) -> list:
+  """The launches of the unfinished run in `logdir`, each with its end (the
+  last log write where it was killed before recording one); exits naming
+  the run when it has no launch record or was made with other settings."""
+  path = os.path.join(logdir, SEGMENTS)
+  if not os.path.exists(path):
+    raise SystemExit(f'{label}: {logdir} holds an unfinished run without '
+                     f'{SEGMENTS} (not started by a benchmark): what ran '
+                     'there cannot be told; remove it to start again.')
+  with open(path) as f:
+    earlier = json.load(f)
+  differ = settings_differ(earlier['record'], record)
+  if differ:
+    raise SystemExit(
+        f'{label}: {logdir} holds an unfinished run with other settings '
+        f'(earlier, now): {differ}; remove it or use another --logroot.')
+  segments = earlier['segments']
+  for segment in segments:
+    if segment.get('end') is None:
+      segment.update(end=last_log_time(logdir), exit='killed, end from logs')
+  return segments
+
+
+def _joined(values) -> str:
+  """'a' for [a, a], 'a, then b' for [a, b, b]: a run's commits or CPUs."""
+  unique = [v for i, v in enumerate(values) if v not in values[:i]]
+  return ', then '.join(str(v) for v in unique)
+
+
+def run_once(label: str, cmd, logdir: str, timeout_s=None, resume=False,
+             **record) -> dict:
   """Runs `cmd` (whose logdir is `logdir`) to its end, or returns the record
   of an earlier finished run there. `label` names the run in messages
   ('minatar.py: Breakout seed 0'); `record` is written with the command,
   exit status, wall seconds, launch commit and CPU. Exits naming the run
-  when it fails, outlives `timeout_s` (see `run_program`), when `logdir`
-  holds an unfinished run, or when the earlier run was made with another
-  command or record."""
+  when it fails, outlives `timeout_s` (see `run_program`), when the earlier
+  run was made with another command or record, or when `logdir` holds an
+  unfinished run and `resume` is false.
+
+  With `resume`, an unfinished run (stopped, or killed with its benchmark)
+  is continued: `cmd` with `--restore` (the program's own restore from its
+  checkpoints), if it was launched with the same command and record. Its
+  record then sums its launches' wall seconds (start-up included, the time
+  between launches not) and names each launch's commit and CPU in order;
+  `segments` lists the launches. `timeout_s` is per launch."""
   done = os.path.join(logdir, DONE)
   record = dict(record, command=_command(cmd))
   earlier = finished(logdir)
@@ -174,21 +232,39 @@ def run_once(label: str, cmd, logdir: str, timeout_s=None, **record) -> dict:
           f'{label}: {logdir} holds a finished run with other settings '
           f'(earlier, now): {differ}; remove it or use another --logroot.')
     return earlier
+  segments = []
   if os.path.exists(logdir):
-    raise SystemExit(f'{logdir} holds an unfinished run; remove it (or '
-                     'resume it by hand with --restore) first.')
-  print(f'{label}: {" ".join(cmd[1:])}', flush=True)
+    if not resume:
+      raise SystemExit(f'{label}: {logdir} holds an unfinished run; remove '
+                       'it first, or continue it with --resume.')
+    segments = _read_segments(label, logdir, record)
+  launch = list(cmd) + (['--restore'] if segments else [])
+  print(f'{label}: {" ".join(launch[1:])}', flush=True)
   # The code the run starts with: the tree may change while it runs.
-  commit = provenance.git_commit()
-  start = time.time()
-  code = run_program(cmd, timeout_s)
+  segment = dict(commit=provenance.git_commit(), cpu=provenance.cpu(),
+                 start=time.time(), end=None, exit=None)
+  segments.append(segment)
+  path = os.path.join(logdir, SEGMENTS)
+  os.makedirs(logdir, exist_ok=True)
+  _write_json(path, dict(record=record, segments=segments))
+  code = 'stopped'
+  try:
+    code = run_program(launch, timeout_s)
+  finally:
+    # Also when this process is stopped (SIGTERM, Ctrl-C): the launch's end
+    # is known here, and a resume needs it.
+    segment.update(end=time.time(),
+                   exit=code if code is not None else 'timeout')
+    _write_json(path, dict(record=record, segments=segments))
   if code is None:
     raise SystemExit(f'{label} ran past {timeout_s:g} s and was stopped; '
                      f'see {logdir}/nodes/.')
-  record = dict(record, exit=code, wall_seconds=time.time() - start,
-                commit=commit, cpu=provenance.cpu())
+  record = dict(
+      record, exit=code,
+      wall_seconds=sum(s['end'] - s['start'] for s in segments),
+      commit=_joined([s['commit'] for s in segments]),
+      cpu=_joined([s['cpu'] for s in segments]), segments=segments)
   if code != 0:
     raise SystemExit(f'{label} exited {code}; see {logdir}/nodes/.')
-  with open(done, 'w') as f:
-    json.dump(record, f, indent=1)
+  _write_json(done, record)
   return record

@@ -159,6 +159,20 @@ def test_steps_per_second_from_known_timestamps():
   np.testing.assert_allclose(rate[107:], 250.)
 
 
+def test_running_seconds_leave_out_a_stop():
+  # Rows 1 s apart, a stop of 1000 s after row 4, rows 2 s apart after it:
+  # the median step is 1 s, so the stop threshold is MIN_GAP_S (60 s).
+  times = T0 + np.array([0., 1, 2, 3, 4, 1004, 1006, 1008, np.nan, 1010])
+  np.testing.assert_allclose(
+      curves.running_seconds(times),
+      [0, 1, 2, 3, 4, 4, 6, 8, np.nan, 10])
+  # A step of 59 s is no stop; relative times give the same seconds.
+  np.testing.assert_allclose(curves.running_seconds([5., 6, 65, 66]),
+                             [0, 1, 60, 61])
+  assert np.isnan(curves.running_seconds([np.nan, np.nan])).all()
+  assert curves.running_seconds([]).shape == (0,)
+
+
 def test_read_run_arrays(tmp_path):
   returns = [float(r) for r in range(1, 26)]
   logdir = _make_run(str(tmp_path / 'run'), returns=returns)
@@ -202,6 +216,13 @@ def test_read_run_of_a_restored_run_with_nan(tmp_path):
   assert run.episode_source == ''  # Neither evaluator nor actor logs.
   assert run.episode_steps.shape == (0,)
   assert _png_size(plots.write_run_curves(logdir)) == EXPECTED_SIZE
+  # On a grid, its wall seconds leave the 308 s between the lives out: the
+  # first life's 12 s to 6,000 env steps, then 19 s to 16,000 (8,000 at
+  # its rows 3 and 4).
+  grid = curves.run_on_grid(logdir, points=2, train_window=4, eval_window=2)
+  np.testing.assert_allclose(grid['env_steps'], [0, 8000, 16000])
+  assert 12 + 3 <= grid['wall_seconds'][1] <= 12 + 4
+  assert grid['wall_seconds'][2] == pytest.approx(12 + 19, abs=1e-6)
 
 
 def test_learner_log_without_env_steps_is_no_curve(tmp_path):

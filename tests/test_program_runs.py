@@ -88,6 +88,80 @@ def test_a_run_past_its_timeout_is_stopped_with_sigterm(tmp_path):
   assert not (logdir / program_runs.DONE).exists()
 
 
+def _resumable_program(logdir):
+  """A program that logs its argv; with --restore it ends at once (its
+  budget reached), else it runs until SIGTERM (exit 1)."""
+  return _python(
+      'import os, signal, sys, time\n'
+      f'os.makedirs({str(logdir / "logs")!r}, exist_ok=True)\n'
+      f'open({str(logdir / "logs" / "argv")!r}, "a").write('
+      '" ".join(sys.argv[1:]) + "\\n")\n'
+      'if "--restore" in sys.argv: sys.exit(0)\n'
+      'signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))\n'
+      'time.sleep(60)\n')
+
+
+def test_a_stopped_run_is_continued_with_resume(tmp_path):
+  logdir = tmp_path / 'run'
+  cmd = _resumable_program(logdir)
+  with pytest.raises(SystemExit, match='ran past 2 s'):
+    program_runs.run_once('test: r', cmd, str(logdir), timeout_s=2, seed=3)
+  segments = json.loads((logdir / program_runs.SEGMENTS).read_text())
+  assert segments['record']['seed'] == 3
+  [first] = segments['segments']
+  assert first['exit'] == 'timeout' and first['end'] - first['start'] >= 2
+  with pytest.raises(SystemExit, match='unfinished run; remove it first, '
+                     'or continue it with --resume'):
+    program_runs.run_once('test: r', cmd, str(logdir), seed=3)
+  with pytest.raises(SystemExit, match=r"other settings.*seed.*\(3, 4\)"):
+    program_runs.run_once('test: r', cmd, str(logdir), seed=4, resume=True)
+  record = program_runs.run_once('test: r', cmd, str(logdir), seed=3,
+                                 resume=True)
+  # The program ran twice, the second time restoring.
+  assert (logdir / 'logs' / 'argv').read_text().splitlines() == [
+      '', '--restore']
+  assert record['exit'] == 0 and len(record['segments']) == 2
+  assert record['segments'][0] == first
+  assert record['wall_seconds'] == pytest.approx(sum(
+      s['end'] - s['start'] for s in record['segments']))
+  # One commit and CPU, named once.
+  assert record['commit'] == first['commit']
+  assert record['cpu'] == first['cpu']
+  # Finished: not run again, with or without --resume.
+  assert program_runs.run_once('test: r', cmd, str(logdir), seed=3,
+                               resume=True) == record
+
+
+def test_a_launch_killed_without_its_end_ends_at_its_last_log(tmp_path):
+  """A launch killed with its benchmark (SIGKILL: no `finally` ran) has
+  no end recorded; a resume takes its last log write."""
+  logdir = tmp_path / 'run'
+  cmd = _resumable_program(logdir)
+  (logdir / 'logs').mkdir(parents=True)
+  (logdir / 'logs' / 'learner.csv').write_text('x\n')
+  os.utime(logdir / 'logs' / 'learner.csv', (1000. + 600, 1000. + 600))
+  (logdir / program_runs.SEGMENTS).write_text(json.dumps(dict(
+      record=dict(seed=0, command=program_runs._command(cmd)),
+      segments=[dict(commit='abc1234', cpu='Old CPU', start=1000., end=None,
+                     exit=None)])))
+  record = program_runs.run_once('test: k', cmd, str(logdir), seed=0,
+                                 resume=True)
+  killed, second = record['segments']
+  assert killed['end'] == 1600. and 'killed' in killed['exit']
+  assert record['wall_seconds'] == pytest.approx(
+      600. + second['end'] - second['start'])
+  assert record['commit'] == f"abc1234, then {second['commit']}"
+  assert record['cpu'] == f"Old CPU, then {second['cpu']}"
+
+
+def test_resume_of_a_logdir_without_launch_records_is_refused(tmp_path):
+  logdir = tmp_path / 'run'
+  logdir.mkdir()
+  with pytest.raises(SystemExit, match='without benchmark_segments.json'):
+    program_runs.run_once('test: n', _python('pass'), str(logdir), seed=0,
+                          resume=True)
+
+
 def test_a_program_deaf_to_sigterm_is_killed_after_the_grace(
     tmp_path, monkeypatch):
   monkeypatch.setattr(program_runs, '_STOP_GRACE_S', 2)

@@ -153,6 +153,31 @@ def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
+def _gap_s(dt: np.ndarray) -> float:
+  """The longest step between log rows [N - 1] that is not a stop:
+  max(MIN_GAP_S, 10 x the median positive step); 0 if there is none."""
+  usual = dt[np.isfinite(dt) & (dt > 0)]
+  return max(MIN_GAP_S, 10. * float(np.median(usual))) if len(usual) else 0.
+
+
+def running_seconds(timestamps: np.ndarray) -> np.ndarray:
+  """Seconds [N] the run was running at each of N log rows with unix (or
+  relative) times [N], counted from the first finite one: a jump between
+  rows longer than a stop's threshold (`steps_per_second`'s rule) counts
+  nothing, so the time a stopped run was down before its restore is left
+  out (with the restore's start-up). NaN where a time is."""
+  times = np.asarray(timestamps, np.float64)
+  out = np.full(len(times), np.nan)
+  finite = np.isfinite(times)
+  if not finite.any():
+    return out
+  dt = np.diff(times[finite])
+  gap = _gap_s(dt)
+  out[finite] = np.concatenate(
+      [[0.], np.cumsum(np.where((dt > 0) & (dt <= gap), dt, 0.))])
+  return out
+
+
 def steps_per_second(env_steps: np.ndarray, timestamps: np.ndarray,
                      window_s: float = RATE_WINDOW_S) -> np.ndarray:
   """Env steps/s [N] at each of N log rows with env steps and unix times [N].
@@ -171,8 +196,7 @@ def steps_per_second(env_steps: np.ndarray, timestamps: np.ndarray,
   if n < 2:
     return np.full(n, np.nan)
   dt = np.diff(times)
-  usual = dt[np.isfinite(dt) & (dt > 0)]
-  gap = max(MIN_GAP_S, 10. * float(np.median(usual))) if len(usual) else 0.
+  gap = _gap_s(dt)
   with np.errstate(invalid='ignore'):
     new_stretch = np.concatenate(
         [[True], ~((dt > 0) & (dt <= gap)) | ~np.isfinite(steps[1:])])
@@ -385,7 +409,8 @@ def run_on_grid(logdir: str, points: int, train_window: int,
   """A single agent's run on `points` + 1 env steps from 0 to its last
   training episode (its learner's last row if it has none):
 
-    env_steps, wall_seconds, learner_steps, train_mean (the mean of the
+    env_steps, wall_seconds (the learner's `running_seconds`: a restored
+    run's time down is left out), learner_steps, train_mean (the mean of the
     last `train_window` training returns), eval_mean (of the evaluator's
     last `eval_window`): [points + 1] each, NaN before a column's first
     value; train_curve, eval_curve: (env steps [E], means [E]) at each
@@ -401,7 +426,8 @@ def run_on_grid(logdir: str, points: int, train_window: int,
   end = (t_steps[-1] if len(t_steps) else
          learner.env_steps[-1] if len(learner.env_steps) else 0.)
   grid = np.linspace(0, end, points + 1)
-  seconds = (np.interp(grid, learner.env_steps, learner.seconds)
+  seconds = (np.interp(grid, learner.env_steps,
+                       running_seconds(learner.seconds))
              if len(learner.env_steps) else np.full_like(grid, np.nan))
   rows = read_csv(os.path.join(logs, 'learner', 'logs.csv'))
   learner_steps = (np.interp(grid, rows['actor_steps'], rows['learner_steps'])
