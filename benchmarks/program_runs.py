@@ -204,7 +204,7 @@ def _joined(values) -> str:
   return ', then '.join(str(v) for v in unique)
 
 
-def run_once(label: str, cmd, logdir: str, timeout_s=None, resume=False,
+def run_once(label: str, cmd, logdir: str, timeout_s=None, resume=None,
              **record) -> dict:
   """Runs `cmd` (whose logdir is `logdir`) to its end, or returns the record
   of an earlier finished run there. `label` names the run in messages
@@ -212,7 +212,8 @@ def run_once(label: str, cmd, logdir: str, timeout_s=None, resume=False,
   exit status, wall seconds, launch commit and CPU. Exits naming the run
   when it fails, outlives `timeout_s` (see `run_program`), when the earlier
   run was made with another command or record, or when `logdir` holds an
-  unfinished run and `resume` is false.
+  unfinished run and `resume` is not true (None: the benchmark has no
+  --resume flag to offer).
 
   With `resume`, an unfinished run (stopped, or killed with its benchmark)
   is continued: `cmd` with `--restore` (the program's own restore from its
@@ -235,8 +236,9 @@ def run_once(label: str, cmd, logdir: str, timeout_s=None, resume=False,
   segments = []
   if os.path.exists(logdir):
     if not resume:
-      raise SystemExit(f'{label}: {logdir} holds an unfinished run; remove '
-                       'it first, or continue it with --resume.')
+      raise SystemExit(
+          f'{label}: {logdir} holds an unfinished run; remove it first' +
+          ('.' if resume is None else ', or continue it with --resume.'))
     segments = _read_segments(label, logdir, record)
   launch = list(cmd) + (['--restore'] if segments else [])
   print(f'{label}: {" ".join(launch[1:])}', flush=True)

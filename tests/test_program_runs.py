@@ -112,6 +112,9 @@ def test_a_stopped_run_is_continued_with_resume(tmp_path):
   assert first['exit'] == 'timeout' and first['end'] - first['start'] >= 2
   with pytest.raises(SystemExit, match='unfinished run; remove it first, '
                      'or continue it with --resume'):
+    program_runs.run_once('test: r', cmd, str(logdir), seed=3, resume=False)
+  # A benchmark without --resume offers none.
+  with pytest.raises(SystemExit, match='unfinished run; remove it first.$'):
     program_runs.run_once('test: r', cmd, str(logdir), seed=3)
   with pytest.raises(SystemExit, match=r"other settings.*seed.*\(3, 4\)"):
     program_runs.run_once('test: r', cmd, str(logdir), seed=4, resume=True)
