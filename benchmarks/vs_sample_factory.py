@@ -186,11 +186,8 @@ def _run(cmd, poll, stop_group: bool = False) -> dict:
         for t_line, line in batch:
           poll(line, t_line, frames, returns)
         poll(None, t, frames, returns)
-        # Different counts, not reports: a run that reports before its
-        # actors step (ours' evaluator logs 0 steps on a loaded machine)
-        # has no rate yet.
         if FLAGS.stop_after_reports and len(
-            {n for t, n in frames if t >= FLAGS.warmup_s}) >= (
+            {n for _, n in window(frames, FLAGS.warmup_s)}) >= (
                 FLAGS.stop_after_reports):
           break
       early = proc.poll()
@@ -246,12 +243,25 @@ def run_ours() -> dict:
   return _run(our_command(logdir), poll)
 
 
+def window(frames, warmup_s: float):
+  """[(t, env steps)] from `warmup_s` on, one per report time (its last
+  count: rows read in one poll share its time)."""
+  return list({t: n for t, n in frames if t >= warmup_s}.items())
+
+
+def window_rate(frames, warmup_s: float):
+  """Env steps/s from the first to the last report of `window`; None
+  without two different counts (a run that reports before its actors step,
+  as ours' evaluator does on a loaded machine, has no rate: not 0)."""
+  reports = window(frames, warmup_s)
+  if len(reports) < 2 or reports[-1][1] <= reports[0][1]:
+    return None
+  (t0, n0), (t1, n1) = reports[0], reports[-1]
+  return (n1 - n0) / (t1 - t0)
+
+
 def summarise(run: dict) -> dict:
-  frames = [(t, n) for t, n in run['frames'] if t >= FLAGS.warmup_s]
-  rate = None
-  # No progress over the window is no measurement (not a rate of 0).
-  if len(frames) >= 2 and frames[-1][1] > frames[0][1]:
-    rate = (frames[-1][1] - frames[0][1]) / (frames[-1][0] - frames[0][0])
+  rate = window_rate(run['frames'], FLAGS.warmup_s)
   hit = next((t for t, r in run['returns'] if r >= FLAGS.target), None)
   best = max((r for _, r in run['returns']), default=float('nan'))
   last_frames = run['frames'][-1][1] if run['frames'] else 0

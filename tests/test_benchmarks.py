@@ -294,6 +294,28 @@ def _script_run(script, *flags):
                             *flags], timeout=120)
 
 
+def test_vs_sample_factory_rate_needs_two_different_counts():
+  # In its own process: the script defines absl flags at import.
+  checks = """
+import vs_sample_factory as v
+rate = v.window_rate
+# Before the warm-up (1 s) nothing counts; 1000 steps from 2 s to 6 s.
+assert rate([(0.5, 0), (2., 1000), (4., 1500), (6., 2000)], 1.) == 250.
+# Rows read in one poll share its time: no rate (no division by 0).
+assert rate([(2., 0), (2., 1000)], 1.) is None
+# Reports without progress are no measurement, not a rate of 0.
+assert rate([(2., 0), (4., 0), (6., 0)], 1.) is None
+assert rate([(0.5, 0), (2., 1000)], 1.) is None
+assert v.window([(2., 0), (2., 1000), (3., 1000)], 1.) == [
+    (2., 1000), (3., 1000)]
+print('checked')
+"""
+  done = subprocess.run([sys.executable, '-c', checks],
+                        cwd=os.path.join(ROOT, 'benchmarks'),
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0 and 'checked' in done.stdout, done.stderr
+
+
 def test_pbt_names_its_failed_runs_when_none_finished(tmp_path):
   # Logdirs of unfinished runs: each run is refused before it starts.
   for condition in ('impala', 'shared_pbt'):
