@@ -263,7 +263,8 @@ def summarize_efficiency(records):
 def seed_curve(logdir):
   """Columns of one run on a grid of env steps: env_steps, wall_seconds,
   train_return_mean100, eval_return_mean10 (NaN before the first)."""
-  run = curves.run_on_grid(logdir, FLAGS.points, TRAIN_WINDOW, EVAL_WINDOW)
+  run = curves.run_on_grid(logdir, FLAGS.points, TRAIN_WINDOW, EVAL_WINDOW,
+                           pauses=program_runs.pauses(logdir))
   t_steps, train = run['train_curve']
   return dict(env_steps=run['env_steps'], wall_seconds=run['wall_seconds'],
               learner_steps=run['learner_steps'],
@@ -390,6 +391,10 @@ def summarize(records):
           f"{r['final_mean']:.1f} +- {r['final_std']:.1f} | {r['per_seed']} "
           f"| {r['reference']:g} | {r['met']} | {r['wall_minutes']:.1f} | "
           f"{r['env_steps_per_s']:,.0f} |")
+  notes = [program_runs.launches_note(f"{r['game']} seed {r['seed']}", r)
+           for r in records]
+  if any(notes):
+    print('\n' + '\n'.join(n for n in notes if n))
 
 
 def main(argv):

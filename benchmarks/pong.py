@@ -24,8 +24,8 @@ settings are not checked.
 
 A run stopped before its budget (Ctrl-C, SIGTERM, a machine's time limit)
 continues from its checkpoints with `--resume` (program_runs.run_once): its
-wall minutes sum its launches, the CSVs' wall seconds leave out the time it
-was down, and its commit and CPU name each launch's.
+wall minutes sum its launches, the CSVs' wall seconds leave out the time
+between them, and its commit and CPU name each launch's.
 
   python benchmarks/pong.py --seeds=0 --max_actor_steps=2000000
   python benchmarks/pong.py --summarize_only
@@ -58,7 +58,8 @@ flags.DEFINE_integer('max_actor_steps', 2_000_000, 'Agent steps per run.',
                      lower_bound=1)
 flags.DEFINE_list('program_flags', [], 'Extra flags for the program.')
 flags.DEFINE_integer('run_timeout_s', 3 * 3600,
-                     'A run taking longer is stopped and counted failed.',
+                     'A launch of a run taking longer is stopped and counted '
+                     'failed (--resume continues it).',
                      lower_bound=1)
 flags.DEFINE_string('logroot', os.path.join(_ROOT, 'runs', 'pong'),
                     'Run directories: <logroot>/s<seed>.')
@@ -97,7 +98,8 @@ def run(seed):
 def seed_curve(logdir):
   """One run's columns on a grid of env steps, and its training and
   evaluator curves (env steps [E], means [E])."""
-  run = curves.run_on_grid(logdir, FLAGS.points, TRAIN_WINDOW, EVAL_WINDOW)
+  run = curves.run_on_grid(logdir, FLAGS.points, TRAIN_WINDOW, EVAL_WINDOW,
+                           pauses=program_runs.pauses(logdir))
   columns = dict(env_steps=run['env_steps'], wall_seconds=run['wall_seconds'],
                  train_return_mean100=run['train_mean'],
                  eval_return_mean10=run['eval_mean'],
@@ -215,6 +217,10 @@ def summarize():
           f'{"not reached" if reach is None else f"{reach:,.0f}"} | '
           f'{wall / 60:.1f} | {steps / wall:,.0f} | '
           f'{record.get("commit")} | {record.get("cpu")} |')
+  notes = [program_runs.launches_note(f'Seed {seed}', record)
+           for seed, (_, _, _, record) in per_seed.items()]
+  if any(notes):
+    print('\n' + '\n'.join(n for n in notes if n))
   if from_csv:
     print(f'\nSeed(s) {", ".join(from_csv)}: from the CSV in {FLAGS.outdir}: '
           'curves and env steps to the target at its grid points; wall '

@@ -159,16 +159,18 @@ def test_steps_per_second_from_known_timestamps():
   np.testing.assert_allclose(rate[107:], 250.)
 
 
-def test_running_seconds_leave_out_a_stop():
-  # Rows 1 s apart, a stop of 1000 s after row 4, rows 2 s apart after it:
-  # the median step is 1 s, so the stop threshold is MIN_GAP_S (60 s).
+def test_running_seconds_leave_out_the_pauses():
   times = T0 + np.array([0., 1, 2, 3, 4, 1004, 1006, 1008, np.nan, 1010])
+  np.testing.assert_allclose(curves.running_seconds(times), times - T0)
+  # Down from 5 s to 1000 s: the 995 s are left out from there on; a pause
+  # before the first row, or one that is empty, leaves nothing out.
+  pauses = [(T0 - 50, T0 - 10), (T0 + 5, T0 + 1000), (T0 + 1009, T0 + 1009)]
   np.testing.assert_allclose(
-      curves.running_seconds(times),
-      [0, 1, 2, 3, 4, 4, 6, 8, np.nan, 10])
-  # A step of 59 s is no stop; relative times give the same seconds.
-  np.testing.assert_allclose(curves.running_seconds([5., 6, 65, 66]),
-                             [0, 1, 60, 61])
+      curves.running_seconds(times, pauses),
+      [0, 1, 2, 3, 4, 9, 11, 13, np.nan, 15])
+  # A row inside a pause counts the pause's time up to it as down.
+  np.testing.assert_allclose(
+      curves.running_seconds([0., 10, 15, 30], [(10., 20.)]), [0, 10, 10, 20])
   assert np.isnan(curves.running_seconds([np.nan, np.nan])).all()
   assert curves.running_seconds([]).shape == (0,)
 
@@ -216,13 +218,19 @@ def test_read_run_of_a_restored_run_with_nan(tmp_path):
   assert run.episode_source == ''  # Neither evaluator nor actor logs.
   assert run.episode_steps.shape == (0,)
   assert _png_size(plots.write_run_curves(logdir)) == EXPECTED_SIZE
-  # On a grid, its wall seconds leave the 308 s between the lives out: the
-  # first life's 12 s to 6,000 env steps, then 19 s to 16,000 (8,000 at
-  # its rows 3 and 4).
-  grid = curves.run_on_grid(logdir, points=2, train_window=4, eval_window=2)
+  assert run.start_time == T0
+  # On a grid, the time between its launches is left out: the first ended
+  # at 20 s, the second started at 310 s (its first row at 320 s), so the
+  # second life's row i is at 30 + i s (8,000 env steps at its rows 3
+  # and 4).
+  grid = curves.run_on_grid(logdir, points=2, train_window=4, eval_window=2,
+                            pauses=[(T0 + 20, T0 + 310)])
   np.testing.assert_allclose(grid['env_steps'], [0, 8000, 16000])
-  assert 12 + 3 <= grid['wall_seconds'][1] <= 12 + 4
-  assert grid['wall_seconds'][2] == pytest.approx(12 + 19, abs=1e-6)
+  assert 30 + 3 <= grid['wall_seconds'][1] <= 30 + 4
+  assert grid['wall_seconds'][2] == pytest.approx(30 + 19, abs=1e-6)
+  # Without its pauses: the time down included.
+  grid = curves.run_on_grid(logdir, points=2, train_window=4, eval_window=2)
+  assert grid['wall_seconds'][2] == pytest.approx(320 + 19, abs=1e-6)
 
 
 def test_learner_log_without_env_steps_is_no_curve(tmp_path):

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,27 +90,41 @@ def test_a_run_past_its_timeout_is_stopped_with_sigterm(tmp_path):
 
 
 def _resumable_program(logdir):
-  """A program that logs its argv; with --restore it ends at once (its
-  budget reached), else it runs until SIGTERM (exit 1)."""
+  """A program that logs its argv, then does what `logdir`/../mode says:
+  'fail' (exit 2 before writing its record, config.json), 'finish' (its
+  record, exit 0: its budget reached), else its record and running until
+  SIGTERM (exit 1). With --restore it finishes."""
+  mode = logdir.parent / 'mode'
   return _python(
       'import os, signal, sys, time\n'
       f'os.makedirs({str(logdir / "logs")!r}, exist_ok=True)\n'
       f'open({str(logdir / "logs" / "argv")!r}, "a").write('
       '" ".join(sys.argv[1:]) + "\\n")\n'
-      'if "--restore" in sys.argv: sys.exit(0)\n'
+      f'mode = open({str(mode)!r}).read() if os.path.exists({str(mode)!r}) '
+      'else ""\n'
+      'if mode == "fail": sys.exit(2)\n'
+      f'open({str(logdir / "config.json")!r}, "w").write("{{}}")\n'
+      'if "--restore" in sys.argv or mode == "finish": sys.exit(0)\n'
       'signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))\n'
       'time.sleep(60)\n')
 
 
-def test_a_stopped_run_is_continued_with_resume(tmp_path):
+def _argv(logdir):
+  return (logdir / 'logs' / 'argv').read_text().splitlines()
+
+
+def test_a_stopped_run_is_continued_with_resume(tmp_path, monkeypatch):
+  monkeypatch.setattr(program_runs, '_HEARTBEAT_S', 0.5)
   logdir = tmp_path / 'run'
   cmd = _resumable_program(logdir)
-  with pytest.raises(SystemExit, match='ran past 2 s'):
-    program_runs.run_once('test: r', cmd, str(logdir), timeout_s=2, seed=3)
+  with pytest.raises(SystemExit, match=r'ran past 5 s.*--resume'):
+    program_runs.run_once('test: r', cmd, str(logdir), timeout_s=5, seed=3,
+                          resume=False)
   segments = json.loads((logdir / program_runs.SEGMENTS).read_text())
   assert segments['record']['seed'] == 3
   [first] = segments['segments']
-  assert first['exit'] == 'timeout' and first['end'] - first['start'] >= 2
+  assert first['exit'] == 'timeout' and first['end'] - first['start'] >= 5
+  assert first['start'] < first['last_seen'] < first['end']  # Heartbeats.
   with pytest.raises(SystemExit, match='unfinished run; remove it first, '
                      'or continue it with --resume'):
     program_runs.run_once('test: r', cmd, str(logdir), seed=3, resume=False)
@@ -118,11 +133,15 @@ def test_a_stopped_run_is_continued_with_resume(tmp_path):
     program_runs.run_once('test: r', cmd, str(logdir), seed=3)
   with pytest.raises(SystemExit, match=r"other settings.*seed.*\(3, 4\)"):
     program_runs.run_once('test: r', cmd, str(logdir), seed=4, resume=True)
+  # The same command, moved: its --logdir is not a setting.
+  moved = cmd + [f'--logdir={tmp_path}/elsewhere']
+  assert not program_runs.settings_differ(
+      dict(command=program_runs._command(cmd + ['--logdir=/a/b'])),
+      dict(command=program_runs._command(moved)))
   record = program_runs.run_once('test: r', cmd, str(logdir), seed=3,
                                  resume=True)
   # The program ran twice, the second time restoring.
-  assert (logdir / 'logs' / 'argv').read_text().splitlines() == [
-      '', '--restore']
+  assert _argv(logdir) == ['', '--restore']
   assert record['exit'] == 0 and len(record['segments']) == 2
   assert record['segments'][0] == first
   assert record['wall_seconds'] == pytest.approx(sum(
@@ -130,31 +149,81 @@ def test_a_stopped_run_is_continued_with_resume(tmp_path):
   # One commit and CPU, named once.
   assert record['commit'] == first['commit']
   assert record['cpu'] == first['cpu']
+  assert program_runs.pauses(str(logdir)) == [
+      (first['end'], record['segments'][1]['start'])]
+  note = program_runs.launches_note('Seed 3', record)
+  assert note.startswith('Seed 3 ran in 2 launches: ') and ' min; ' in note
   # Finished: not run again, with or without --resume.
   assert program_runs.run_once('test: r', cmd, str(logdir), seed=3,
                                resume=True) == record
 
 
-def test_a_launch_killed_without_its_end_ends_at_its_last_log(tmp_path):
-  """A launch killed with its benchmark (SIGKILL: no `finally` ran) has
-  no end recorded; a resume takes its last log write."""
+def test_a_launch_that_failed_before_its_record_is_launched_afresh(
+    tmp_path):
   logdir = tmp_path / 'run'
   cmd = _resumable_program(logdir)
+  (tmp_path / 'mode').write_text('fail')
+  with pytest.raises(SystemExit, match=r'exited 2.*--resume'):
+    program_runs.run_once('test: f', cmd, str(logdir), seed=0, resume=True)
+  # No config.json: nothing to restore, so no --restore.
+  (tmp_path / 'mode').write_text('finish')
+  record = program_runs.run_once('test: f', cmd, str(logdir), seed=0,
+                                 resume=True)
+  assert _argv(logdir) == ['', '']
+  assert [s['exit'] for s in record['segments']] == [2, 0]
+
+
+def _killed_launch(logdir, cmd, start, **fields):
+  """The record of a launch killed with its benchmark (no end)."""
+  (logdir / program_runs.SEGMENTS).write_text(json.dumps(dict(
+      record=dict(seed=0, command=program_runs._command(cmd)),
+      segments=[dict(dict(commit='abc1234', cpu='Old CPU', start=start,
+                          end=None, exit=None), **fields)])))
+
+
+def test_a_launch_killed_without_its_end_ends_at_its_last_log(tmp_path):
+  """A launch killed with its benchmark (SIGKILL: no `finally` ran) has
+  no end recorded; a resume takes its last heartbeat, else its last log
+  write, never before its start."""
+  logdir = tmp_path / 'run'
+  cmd = _resumable_program(logdir)
+  (tmp_path / 'mode').write_text('finish')
   (logdir / 'logs').mkdir(parents=True)
   (logdir / 'logs' / 'learner.csv').write_text('x\n')
   os.utime(logdir / 'logs' / 'learner.csv', (1000. + 600, 1000. + 600))
-  (logdir / program_runs.SEGMENTS).write_text(json.dumps(dict(
-      record=dict(seed=0, command=program_runs._command(cmd)),
-      segments=[dict(commit='abc1234', cpu='Old CPU', start=1000., end=None,
-                     exit=None)])))
+  _killed_launch(logdir, cmd, 1000.)
+  (logdir / 'config.json').write_text('{}')
   record = program_runs.run_once('test: k', cmd, str(logdir), seed=0,
                                  resume=True)
   killed, second = record['segments']
   assert killed['end'] == 1600. and 'killed' in killed['exit']
   assert record['wall_seconds'] == pytest.approx(
       600. + second['end'] - second['start'])
-  assert record['commit'] == f"abc1234, then {second['commit']}"
-  assert record['cpu'] == f"Old CPU, then {second['cpu']}"
+  assert record['commit'] == f"abc1234 then {second['commit']}"
+  assert record['cpu'] == f"Old CPU then {second['cpu']}"
+  assert _argv(logdir) == ['--restore']
+  for fields, end in ((dict(last_seen=1300.), 1300.),  # Its heartbeat.
+                      (dict(), 2000.)):  # Logs older than its start.
+    other = tmp_path / f'run_{end:g}'
+    (other / 'logs').mkdir(parents=True)
+    (other / 'logs' / 'learner.csv').write_text('x\n')
+    os.utime(other / 'logs' / 'learner.csv', (1600., 1600.))
+    _killed_launch(other, cmd, 1000. if fields else 2000., **fields)
+    record = program_runs.run_once('test: k', cmd, str(other), seed=0,
+                                   resume=True)
+    assert record['segments'][0]['end'] == end
+
+
+def test_resume_while_a_launch_still_runs_is_refused(tmp_path):
+  logdir = tmp_path / 'run'
+  logdir.mkdir()
+  cmd = _resumable_program(logdir)
+  # This process, started before the launch, stands for its benchmark.
+  _killed_launch(logdir, cmd, time.time(), host=socket.gethostname(),
+                 pid=os.getpid())
+  with pytest.raises(SystemExit, match=f'still runs \\(pid {os.getpid()}'):
+    program_runs.run_once('test: a', cmd, str(logdir), seed=0, resume=True)
+  assert not (logdir / 'logs').exists()  # Nothing launched.
 
 
 def test_resume_of_a_logdir_without_launch_records_is_refused(tmp_path):
@@ -163,6 +232,27 @@ def test_resume_of_a_logdir_without_launch_records_is_refused(tmp_path):
   with pytest.raises(SystemExit, match='without benchmark_segments.json'):
     program_runs.run_once('test: n', _python('pass'), str(logdir), seed=0,
                           resume=True)
+
+
+def test_a_benchmark_stopped_with_sigterm_records_its_launch_end(tmp_path):
+  """SIGTERM to the benchmark mid-launch: the program is stopped and the
+  launch's end and exit ('stopped') are recorded for a resume."""
+  logdir = tmp_path / 'run'
+  program = ('import os, signal, sys, time\n'
+             'signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))\n'
+             'os.kill(os.getppid(), signal.SIGTERM)\n'
+             'time.sleep(60)\n')
+  benchmark = (f'import sys; sys.path.insert(0, {_BENCHMARKS!r})\n'
+               'import program_runs\n'
+               f'program_runs.run_once("test: s", [sys.executable, "-c", '
+               f'{program!r}], {str(logdir)!r}, resume=True)\n')
+  done = subprocess.run([sys.executable, '-c', benchmark],
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 1 and 'signal 15; stopped' in done.stderr, (
+      done.stderr)
+  [launch] = json.loads((logdir / program_runs.SEGMENTS).read_text())[
+      'segments']
+  assert launch['exit'] == 'stopped' and launch['end'] >= launch['start']
 
 
 def test_a_program_deaf_to_sigterm_is_killed_after_the_grace(

@@ -69,7 +69,8 @@ class Curves:
     learner: LEARNER_KEYS -> [L] that column of the learner rows (NaN where
       not logged).
     seconds: [L] wall-clock seconds since the first learner row (restored
-      runs: including the time the run was down).
+      runs: including the time the run was down)
+    start_time: unix time of the first learner row (NaN without one).
     steps_per_second: [L] env steps/s over the last RATE_WINDOW_S seconds
       (`steps_per_second`); NaN until the counter has moved twice since the
       start or a restore.
@@ -84,6 +85,7 @@ class Curves:
   learner: Dict[str, np.ndarray]
   seconds: np.ndarray
   steps_per_second: np.ndarray
+  start_time: float = float('nan')
 
 
 class Spread(NamedTuple):
@@ -153,29 +155,25 @@ def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def _gap_s(dt: np.ndarray) -> float:
-  """The longest step between log rows [N - 1] that is not a stop:
-  max(MIN_GAP_S, 10 x the median positive step); 0 if there is none."""
-  usual = dt[np.isfinite(dt) & (dt > 0)]
-  return max(MIN_GAP_S, 10. * float(np.median(usual))) if len(usual) else 0.
-
-
-def running_seconds(timestamps: np.ndarray) -> np.ndarray:
-  """Seconds [N] the run was running at each of N log rows with unix (or
-  relative) times [N], counted from the first finite one: a jump between
-  rows longer than a stop's threshold (`steps_per_second`'s rule) counts
-  nothing, so the time a stopped run was down before its restore is left
-  out (with the restore's start-up). NaN where a time is."""
+def running_seconds(timestamps: np.ndarray,
+                    pauses: Sequence[Tuple[float, float]] = ()
+                    ) -> np.ndarray:
+  """Seconds [N] from the first finite one of N unix times [N] (NaN where a
+  time is), less the part of each pause (from, to), unix seconds, that lies
+  before: a run stopped and restored, with the time it was down left out.
+  Without pauses, plain elapsed seconds."""
   times = np.asarray(timestamps, np.float64)
   out = np.full(len(times), np.nan)
   finite = np.isfinite(times)
   if not finite.any():
     return out
-  dt = np.diff(times[finite])
-  gap = _gap_s(dt)
-  out[finite] = np.concatenate(
-      [[0.], np.cumsum(np.where((dt > 0) & (dt <= gap), dt, 0.))])
-  return out
+  first = times[finite][0]
+  elapsed = times - first
+  for start, end in pauses:
+    start, end = max(start, first), max(end, first)
+    if end > start:
+      elapsed = elapsed - np.clip(times - start, 0., end - start)
+  return np.where(finite, elapsed, np.nan)
 
 
 def steps_per_second(env_steps: np.ndarray, timestamps: np.ndarray,
@@ -196,7 +194,8 @@ def steps_per_second(env_steps: np.ndarray, timestamps: np.ndarray,
   if n < 2:
     return np.full(n, np.nan)
   dt = np.diff(times)
-  gap = _gap_s(dt)
+  usual = dt[np.isfinite(dt) & (dt > 0)]
+  gap = max(MIN_GAP_S, 10. * float(np.median(usual))) if len(usual) else 0.
   with np.errstate(invalid='ignore'):
     new_stretch = np.concatenate(
         [[True], ~((dt > 0) & (dt <= gap)) | ~np.isfinite(steps[1:])])
@@ -362,7 +361,8 @@ def read_run(logdir: str, agent: Optional[int] = None) -> Curves:
       env_steps=steps[keep],
       learner={k: learner.get(k, nan)[keep] for k in LEARNER_KEYS},
       seconds=times - (first[0] if len(first) else np.nan),
-      steps_per_second=steps_per_second(steps[keep], times))
+      steps_per_second=steps_per_second(steps[keep], times),
+      start_time=float(first[0]) if len(first) else float('nan'))
 
 
 def read_agents(logdir: str) -> List[Curves]:
@@ -405,12 +405,15 @@ def _last_values(steps: np.ndarray, values: np.ndarray,
 
 
 def run_on_grid(logdir: str, points: int, train_window: int,
-                eval_window: int) -> Dict[str, object]:
+                eval_window: int,
+                pauses: Sequence[Tuple[float, float]] = ()
+                ) -> Dict[str, object]:
   """A single agent's run on `points` + 1 env steps from 0 to its last
   training episode (its learner's last row if it has none):
 
-    env_steps, wall_seconds (the learner's `running_seconds`: a restored
-    run's time down is left out), learner_steps, train_mean (the mean of the
+    env_steps, wall_seconds (from the learner's first row, `pauses`, unix
+    (from, to) between a run's launches, left out: `running_seconds`),
+    learner_steps, train_mean (the mean of the
     last `train_window` training returns), eval_mean (of the evaluator's
     last `eval_window`): [points + 1] each, NaN before a column's first
     value; train_curve, eval_curve: (env steps [E], means [E]) at each
@@ -426,8 +429,8 @@ def run_on_grid(logdir: str, points: int, train_window: int,
   end = (t_steps[-1] if len(t_steps) else
          learner.env_steps[-1] if len(learner.env_steps) else 0.)
   grid = np.linspace(0, end, points + 1)
-  seconds = (np.interp(grid, learner.env_steps,
-                       running_seconds(learner.seconds))
+  seconds = (np.interp(grid, learner.env_steps, running_seconds(
+      learner.seconds + learner.start_time, pauses))
              if len(learner.env_steps) else np.full_like(grid, np.nan))
   rows = read_csv(os.path.join(logs, 'learner', 'logs.csv'))
   learner_steps = (np.interp(grid, rows['actor_steps'], rows['learner_steps'])
