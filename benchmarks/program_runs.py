@@ -22,9 +22,12 @@ import time
 import provenance
 import psutil
 
+from acme_impala.distributed import run_record
+
 DONE = 'benchmark_run.json'
-# A run's launches: [{commit, cpu, start, end, exit}], start and end in unix
-# seconds; written at each launch and each exit.
+# A run's launches: {record, segments: [{commit, cpu, host, pid, start,
+# last_seen, end, exit}]}, times in unix seconds; written at each launch,
+# heartbeat and exit.
 SEGMENTS = 'benchmark_segments.json'
 
 
@@ -328,7 +331,8 @@ def run_once(label: str, cmd, logdir: str, timeout_s=None, resume=None,
           f'{label}: {logdir} holds an unfinished run; remove it first' +
           ('.' if resume is None else ', or continue it with --resume.'))
     segments = _read_segments(label, logdir, record)
-  restore = os.path.exists(os.path.join(logdir, 'config.json'))
+  # The program's own record: what its --restore needs first.
+  restore = os.path.exists(run_record.path_of(logdir))
   launch = list(cmd) + (['--restore'] if restore else [])
   segment = dict(commit=provenance.git_commit(), cpu=provenance.cpu(),
                  host=socket.gethostname(), pid=os.getpid(),
@@ -341,22 +345,22 @@ def run_once(label: str, cmd, logdir: str, timeout_s=None, resume=None,
   print(f'{label}: {" ".join(launch[1:])}', flush=True)
   segments.append(segment)
   path = os.path.join(logdir, SEGMENTS)
-  os.makedirs(logdir, exist_ok=True)
-  _write_json(path, dict(record=record, segments=segments))
 
-  def heartbeat():
-    segment.update(last_seen=time.time())
+  def save(**fields):
+    segment.update(fields)
     _write_json(path, dict(record=record, segments=segments))
+
+  os.makedirs(logdir, exist_ok=True)
+  save()
 
   code = 'stopped'
   try:
-    code = run_program(launch, timeout_s, heartbeat=heartbeat)
+    code = run_program(launch, timeout_s,
+                       heartbeat=lambda: save(last_seen=time.time()))
   finally:
     # Also when this process is stopped (SIGTERM, Ctrl-C): the launch's end
     # is known here, and a resume needs it.
-    segment.update(end=time.time(),
-                   exit=code if code is not None else 'timeout')
-    _write_json(path, dict(record=record, segments=segments))
+    save(end=time.time(), exit=code if code is not None else 'timeout')
   offer = ' (continue it with --resume)' if resume is not None else ''
   if code is None:
     raise SystemExit(f'{label} ran past {timeout_s:g} s and was stopped; '

@@ -69,7 +69,7 @@ class Curves:
     learner: LEARNER_KEYS -> [L] that column of the learner rows (NaN where
       not logged).
     seconds: [L] wall-clock seconds since the first learner row (restored
-      runs: including the time the run was down)
+      runs: including the time the run was down).
     start_time: unix time of the first learner row (NaN without one).
     steps_per_second: [L] env steps/s over the last RATE_WINDOW_S seconds
       (`steps_per_second`); NaN until the counter has moved twice since the
