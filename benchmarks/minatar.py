@@ -339,9 +339,6 @@ def kept_seeds(game, present, outdir=None):
 
 
 def summarize(records):
-  # Before the outputs are written: they are tracked files, and writing them
-  # would mark the checkout dirty.
-  stamp = provenance.stamp()
   os.makedirs(FLAGS.outdir, exist_ok=True)
   rows = []
   for game in FLAGS.games:
@@ -383,7 +380,7 @@ def summarize(records):
     writer.writerows(rows)
   commits = sorted({r['commit'] for r in records} |
                    {c for r in rows for c in r['commits'].split(',')})
-  print(f'\nminatar.py at {stamp}; runs of '
+  print(f'\nminatar.py at {provenance.stamp()}; runs of '
         f'{",".join(commits)}.\n')
   print('| game | env steps | seeds | final return (last 100 episodes), '
         'mean +- std | per seed | AC(lambda) at 5M | at or above | '

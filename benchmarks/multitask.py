@@ -205,9 +205,6 @@ def _final(per_game):
 def summarize(seeds):
   """Writes the files and prints the tables; False when no multi-task run
   of `seeds` is there to summarise."""
-  # Before the outputs are written: they are tracked files, and writing them
-  # would mark the checkout dirty.
-  stamp = provenance.stamp()
   os.makedirs(FLAGS.outdir, exist_ok=True)
   multi, made_on, ends = {}, {}, {}
   for seed in seeds:
@@ -273,7 +270,7 @@ def summarize(seeds):
                                         for g in minatar.GAMES] +
                       [f'{score:.3f}', int(steps),
                        'yes' if finished else 'no', commit, cpu])
-  print(f'\nmultitask.py at {stamp}: the mean return of the '
+  print(f'\nmultitask.py at {provenance.stamp()}: the mean return of the '
         f'last {TRAIN_WINDOW} training episodes of each game, and the mean '
         'capped normalised score (random play 0, AC(lambda) at 5M 1). Each '
         "row's commit and CPU: those its runs were made on.\n")

@@ -193,9 +193,6 @@ def _settings_differ(record) -> dict:
 
 
 def summarize():
-  # Before the outputs are written: they are tracked files, and writing them
-  # would mark the checkout dirty.
-  stamp = provenance.stamp()
   os.makedirs(FLAGS.outdir, exist_ok=True)
   grid = np.linspace(FLAGS.max_actor_steps / FLAGS.points,
                      FLAGS.max_actor_steps, FLAGS.points)
@@ -251,7 +248,7 @@ def summarize():
                       [f'{v:.2f}' for v in finals] +
                       [f'{np.nanmax(finals):.2f}', f'{np.nanmean(finals):.2f}',
                        exploits, explores] + _made_on(record))
-  print(f'\npbt.py at {stamp}: {FLAGS.game}, '
+  print(f'\npbt.py at {provenance.stamp()}: {FLAGS.game}, '
         f'{len(FLAGS.lr_factors)} agents '
         f'(learning rates {", ".join(learning_rates())}), '
         f'{FLAGS.max_actor_steps:,} env steps each; the mean return of each '

@@ -164,9 +164,6 @@ def seed_from_csv(path):
 
 
 def summarize():
-  # Before the outputs are written: they are tracked files, and writing them
-  # would mark the checkout dirty.
-  stamp = provenance.stamp()
   per_seed, from_csv = {}, []
   for seed in program_runs.with_finished_seeds(FLAGS.seeds, FLAGS.logroot):
     if not os.path.isdir(_logdir(seed)) and os.path.exists(_csv_path(seed)):
@@ -202,7 +199,7 @@ def summarize():
     if seed not in from_csv:
       program_runs.write_grid_csv(_csv_path(seed), columns, record)
   _draw(per_seed, os.path.join(FLAGS.outdir, 'pong.png'))
-  print(f'\npong.py at {stamp}: programs/impala_lp.py '
+  print(f'\npong.py at {provenance.stamp()}: programs/impala_lp.py '
         f'--config=atari {" ".join(FLAGS.program_flags)}, '
         f'{FLAGS.max_actor_steps:,} env steps per seed. Each run\'s commit '
         'and CPU: those it was made on.\n')

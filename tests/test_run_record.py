@@ -44,6 +44,27 @@ def test_record_holds_options_versions_and_commit(tmp_path):
   assert run_record.git_commit(str(tmp_path)) is None  # Not a checkout.
 
 
+def test_only_code_changes_make_a_checkout_dirty(tmp_path):
+  """Benchmark outputs under benchmarks/results/ are rewritten by their
+  summaries; a commit stamped after that must still read clean."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  def git(*args):
+    subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t',
+                    *args], cwd=tmp_path, check=True, capture_output=True)
+  (tmp_path / 'benchmarks' / 'results').mkdir(parents=True)
+  (tmp_path / 'benchmarks' / 'results' / 'table.csv').write_text('1\n')
+  (tmp_path / 'code.py').write_text('x = 1\n')
+  git('init', '-q')
+  git('add', '.')
+  git('commit', '-q', '-m', 'first')
+  sha = run_record.git_commit(str(tmp_path))
+  assert re.fullmatch(r'[0-9a-f]{40}', sha)
+  (tmp_path / 'benchmarks' / 'results' / 'table.csv').write_text('2\n')
+  assert run_record.git_commit(str(tmp_path / 'benchmarks')) == sha
+  (tmp_path / 'code.py').write_text('x = 2\n')
+  assert run_record.git_commit(str(tmp_path)) == sha + '-dirty'
+
+
 def test_restore_differences_name_each_changed_field(tmp_path):
   config = presets.get_config('cartpole')
   _record(str(tmp_path), config)

@@ -91,14 +91,17 @@ def package_versions() -> Dict[str, str]:
 
 def git_commit(path: str = _ROOT) -> Optional[str]:
   """The commit of the checkout holding `path` ('<sha>-dirty' with
-  uncommitted changes to tracked files), None outside a git checkout."""
+  uncommitted changes to tracked files), None outside a git checkout.
+  Changes under benchmarks/results/ do not count: they are the benchmarks'
+  outputs (a summary rewrites them), not code a run could depend on."""
   try:
     sha = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=path,
                          capture_output=True, text=True, timeout=10)
     if sha.returncode != 0:
       return None
     dirty = subprocess.run(['git', 'status', '--porcelain',
-                            '--untracked-files=no'], cwd=path,
+                            '--untracked-files=no', '--', ':/',
+                            ':(top,exclude)benchmarks/results'], cwd=path,
                            capture_output=True, text=True, timeout=10)
   except (OSError, subprocess.SubprocessError):
     return None
