@@ -2,32 +2,43 @@
 # Sets up .venv if needed (see setup_venv.sh), then runs the test suite.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/setup_venv.sh"
-# The multi-host Kubernetes tests (tests/test_k8s.py) serve DNS with dnsmasq
-# inside a network namespace; they need root, as CI has.
-if [[ "$(id -u)" == 0 ]] && ! command -v dnsmasq >/dev/null 2>&1; then
-  echo "[test] installing dnsmasq-base for the multi-host tests" >&2
-  apt-get update >/dev/null && apt-get install -y dnsmasq-base >/dev/null
-fi
 cd "$ROOT"
-# The venvs of checkov (tests/test_k8s.py's policy check) and of Sample
-# Factory (the vs_sample_factory.py benchmark's run) are mostly downloads:
-# for the whole suite they are made in the background, one after the other,
-# while the first tests run. Each test runs its setup script itself, which
-# waits for a setup under way (flock), so a run of chosen tests (arguments)
-# makes only what those tests need. One session, so the EXIT trap ends pip
-# with it when the tests stop early.
+# The venvs of Sample Factory (the vs_sample_factory.py benchmark's run) and
+# of checkov (tests/test_k8s.py's policy check) are mostly downloads and
+# unpacking on one core: for the whole suite they are made in the
+# background, one after the other, from the start, beside the project's own
+# (one core too). Made after it, while the first tests ran, they took
+# ~105 s of CPU from the tests (AMD EPYC, 2 cores). Each test runs its setup
+# script itself, which waits for a setup under way (flock) and redoes one
+# that failed (checkov's needs .venv's interpreter, made in the project
+# setup's first seconds, while Sample Factory's installs), so a run of
+# chosen tests (arguments) makes only what those tests need. One session,
+# so the EXIT trap ends pip with it when the tests stop early.
 if [[ $# == 0 ]]; then
-  setsid bash -c "bash '$ROOT/scripts/setup_checkov.sh';
-                  bash '$ROOT/benchmarks/setup_sample_factory.sh'" \
+  setsid bash -c "bash '$ROOT/benchmarks/setup_sample_factory.sh';
+                  bash '$ROOT/scripts/setup_checkov.sh'" \
       >/dev/null 2>&1 &
   setups=$!
   trap 'kill -- "-$setups" 2>/dev/null || true' EXIT
 fi
+# The multi-host Kubernetes tests (tests/test_k8s.py) serve DNS with dnsmasq
+# inside a network namespace; they need root, as CI has. Installed beside
+# the project's setup (apt waits on the network more than on a core).
+apt=
+if [[ "$(id -u)" == 0 ]] && ! command -v dnsmasq >/dev/null 2>&1; then
+  echo "[test] installing dnsmasq-base for the multi-host tests" >&2
+  (apt-get update >/dev/null && apt-get install -y dnsmasq-base >/dev/null) &
+  apt=$!
+fi
+bash "$ROOT/scripts/setup_venv.sh"
+if [[ -n "$apt" ]]; then
+  wait "$apt"
+fi
 status=0
 # Two workers (pytest-xdist), one test file each at a time: the tests wait
 # on real programs for much of their time, and most programs use both
-# cores only part of it (1.5x faster on 2 cores than one worker).
+# cores only part of it (1.5x faster on 2 cores than one worker). The
+# slowest tests are listed at the end: CI must stay under 25 minutes.
 "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 \
-    --dist loadgroup tests "$@" || status=$?
+    --dist loadgroup --durations=20 tests "$@" || status=$?
 exit "$status"

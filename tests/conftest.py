@@ -59,7 +59,7 @@ _SPREAD = ('test_benchmarks.py',)
 # out first so that the spread tests and the short files fill the gaps and
 # neither worker is left with a long file at the end.
 # (test_k8s.py not first: its policy check waits for the checkov venv that
-# scripts/test.sh starts making when the tests start.)
+# scripts/test.sh makes in the background, after Sample Factory's.)
 _LONGEST = ('test_supervisor.py', 'test_program.py', 'test_k8s.py',
             'test_sweep.py', 'test_docs.py', 'test_evaluate.py',
             'test_memory.py', 'test_learning.py', 'test_replicas.py')
