@@ -74,6 +74,7 @@ def test_the_atari_preset_keeps_the_papers_optimiser_with_the_summed_loss():
     ('env_engine', 'gpu', "'gymnasium', 'envpool'"),
     ('env_threads', -1, 'integer'),
     ('learner_intra_op_threads', -1, 'integer'),
+    ('replica_check_steps', 0, 'integer'),
     ('torso_dtype', 'float16', "'float32', 'bfloat16', 'auto'"),
     ('lambda_', 1.1, r'\[0.0, 1.0\]'),
     ('clip_rho_threshold', 0.0, 'None'),

@@ -297,7 +297,8 @@ def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
       '--max_actor_steps=10000000',
       '--config.replay_fraction=0.5', '--config.min_replay_size=8',
       '--config.replay_capacity=5000',
-      '--config.checkpoint_period_minutes=0.05'], [
+      '--config.checkpoint_period_minutes=0.05',
+      '--config.replica_check_steps=10'], [
           '--config.unroll_length=10', '--config.lstm_size=16',
           '--config.envs_per_actor=2', '--config.max_queue_size=64',
           '--noevaluator', '--num_actors=2'])
@@ -319,8 +320,10 @@ def test_program_with_two_learner_replicas_restarts_the_group_when_one_dies(
         run.output())
 
   try:
-    # Digests come every REPLICA_CHECK_STEPS (50) learner steps; every
-    # common one is checked for agreement, here and at each later call.
+    # Digests come every 10 learner steps (replica_check_steps; at the
+    # default 50 this test waited for steps 50 and 100, and took 54-143 s
+    # of CI runs); every common one is checked for agreement, here and at
+    # each later call.
     run.wait(lambda: agreeing_steps(), 'both replicas to log a common step',
              180)
     time.sleep(4)  # A checkpoint of replica 0 past its first steps.

@@ -199,6 +199,9 @@ class IMPALAConfig:
 
   # Checkpoints of the learner and counter (distributed program).
   checkpoint_period_minutes: float = 5.0
+  # Learner steps between the training-state digests that synchronous
+  # learner replicas (--num_learners > 1) log, which show them in step.
+  replica_check_steps: int = 50
 
   def __post_init__(self):
     self.validate()
@@ -255,6 +258,7 @@ class IMPALAConfig:
     _check_choice(self, 'env_engine', ENV_ENGINES)
     _check_int(self, 'env_threads', 0, 1024)
     _check_float(self, 'checkpoint_period_minutes', 0.0, None, open_low=True)
+    _check_int(self, 'replica_check_steps', 1, None)
     _check_float(self, 'replay_fraction', 0.0, 1.0)
     replayed = self.batch_size * self.replay_fraction
     if abs(replayed - round(replayed)) > 1e-9:

@@ -57,8 +57,6 @@ PBT_LOCK_TIMEOUT_S = 4.
 # A learner replica's exit status when its group lost a member (it is
 # restarted with the group; EX_TEMPFAIL: try again).
 EXIT_REPLICA_LOST = 75
-# Learner steps between the replicas' logged training-state digests.
-REPLICA_CHECK_STEPS = 50
 # Evaluation rounds an evaluator keeps for PBT's fitness (`recent_rounds`).
 RECENT_ROUNDS = 10
 
@@ -360,6 +358,7 @@ class LearnerNode:
     self._pbt_changed = False
     self._calls_waiting = 0
     self._calls_mutex = threading.Lock()
+    self._check_steps = builder.config.replica_check_steps
     iterator = _UnlockedWhileWaiting(builder.make_dataset_iterator(
         replay.server_address, should_stop=lifecycle.stop_requested),
                                      self._lock)
@@ -531,7 +530,7 @@ class LearnerNode:
               raise
             self._replica_lost(error)
           if (self._group is not None and
-              self._learner.num_steps % REPLICA_CHECK_STEPS == 0):
+              self._learner.num_steps % self._check_steps == 0):
             # Replicas that agree log the same state at the same step
             # (tests/test_replicas.py compares them).
             logging.info('%s: learner step %d, training state %s.',

@@ -37,7 +37,7 @@ FORMAT_VERSION = 1
 # what it learns or what its checkpoints and tables hold.
 RESTORE_MUTABLE_FIELDS = ('checkpoint_period_minutes', 'compile_mode',
                           'prefetch_size', 'env_threads', 'warm_up_update',
-                          'learner_intra_op_threads')
+                          'learner_intra_op_threads', 'replica_check_steps')
 # What a run's numbers depend on, for the record.
 _PACKAGES = ('tensorflow', 'dm-acme', 'dm-reverb', 'dm-launchpad',
              'dm-sonnet', 'trfl', 'numpy', 'gymnasium', 'ale-py', 'minatar',
