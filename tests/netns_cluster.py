@@ -88,9 +88,38 @@ class Cluster:
          '--domain-needed', '--local=/cluster.local/', '--local-ttl=1',
          '--pid-file=', '--user=root', '--log-facility=-'],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.3)
-    if self._dnsmasq.poll() is not None:
-      raise RuntimeError(f'dnsmasq exited with {self._dnsmasq.returncode}')
+    # Each add_pod sends SIGHUP, whose default action kills a dnsmasq that
+    # has not yet installed its handler: a fixed 0.3 s wait here once let a
+    # busy start-up lose its DNS, and every pod of the test hung on names
+    # (SIGHUP 20 ms after the start killed dnsmasq 2.90 on an idle machine).
+    deadline = time.monotonic() + 30
+    while not self._dnsmasq_ready():
+      if self._dnsmasq.poll() is not None:
+        raise RuntimeError(f'dnsmasq exited with {self._dnsmasq.returncode}')
+      if time.monotonic() > deadline:
+        raise RuntimeError('dnsmasq did not start serving on '
+                           f'{DNS_IP}:53 within 30 s')
+      time.sleep(0.02)
+
+  def _dnsmasq_ready(self) -> bool:
+    """Whether dnsmasq (the process `ip netns exec` became) catches SIGHUP
+    and has its UDP socket on DNS_IP:53."""
+    proc = f'/proc/{self._dnsmasq.pid}'
+    try:
+      with open(f'{proc}/comm') as f:
+        if f.read().strip() != 'dnsmasq':
+          return False  # Still `ip`, before its exec.
+      with open(f'{proc}/status') as f:
+        caught = next(int(line.split()[1], 16) for line in f
+                      if line.startswith('SigCgt:'))
+      with open(f'{proc}/net/udp') as f:
+        sockets = [line.split()[1] for line in f.readlines()[1:]]
+    except (OSError, StopIteration):
+      return False
+    # /proc/net/udp: the address as a little-endian hex word, the port hex.
+    address = ''.join(f'{int(b):02X}' for b in reversed(DNS_IP.split('.')))
+    return bool(caught & (1 << (signal.SIGHUP - 1))) and (
+        f'{address}:0035' in sockets)
 
   def add_pod(self, name: str, fqdn: str) -> str:
     """A namespace with its own address; `fqdn` resolves to it. Returns the
