@@ -89,9 +89,10 @@ class Cluster:
          '--pid-file=', '--user=root', '--log-facility=-'],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # Each add_pod sends SIGHUP, whose default action kills a dnsmasq that
-    # has not yet installed its handler: a fixed 0.3 s wait here once let a
-    # busy start-up lose its DNS, and every pod of the test hung on names
-    # (SIGHUP 20 ms after the start killed dnsmasq 2.90 on an idle machine).
+    # has not yet installed its handler (SIGHUP 20 ms after its start killed
+    # dnsmasq 2.90 on an idle machine), and without DNS every pod hangs on
+    # names. A fixed 0.3 s wait was here; the multi-host pods test hung so
+    # twice in a row once (cause not confirmed).
     deadline = time.monotonic() + 30
     while not self._dnsmasq_ready():
       if self._dnsmasq.poll() is not None:

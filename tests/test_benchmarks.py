@@ -119,10 +119,10 @@ SMALL = {
 DROP = object()
 SMALL_WITH = {
     # The gymnasium and EnvPool Pong programs at 1 x 16 and 2 x 8: its
-    # EnvPool 2 x 8 run, which is the next command's (so it runs once; its
-    # gymnasium 1 x 16 run took 50-55 s of CPU in a CI run on 2 cores).
-    # gymnasium's Atari environments run in the actor-only rows below,
-    # its program path in MinAtar's programs.
+    # EnvPool 2 x 8 run, which is the next command's, so the two run once
+    # (its gymnasium 1 x 16 run took 50 s of CPU, 55-60 s, of CI runs on
+    # 2 cores). gymnasium's Atari environments run in the gymnasium
+    # actor-only row's run, its program path in MinAtar's programs.
     ('benchmarks/throughput.py', '--settings=1x16,2x8'): dict(
         engines=DROP, settings='2x8', steps_per_run=20000),
     # The EnvPool Atari run (2 x 8) likewise: at 40k it took 99 s of a CI

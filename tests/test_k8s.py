@@ -586,8 +586,8 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
   each a pod on its own host; actor 1 gets SIGTERM mid-run (a preemption)
   and exits 143 while actor 0 is stalled, a replacement with the same index
   joins and acts, and once actor 0 goes on the run ends at its budget with
-  every pod exiting 0. Every pod runs, as its
-  manifest says, on a read-only root with only /tmp writable."""
+  every pod exiting 0. Every pod runs, as its manifest says, on a read-only
+  root with only /tmp writable."""
   _require_cluster()
   probe = subprocess.run(_READ_ONLY_ROOT + [
       'sh', '-c', f'touch {tmp_path}/probe && touch {ROOT}/.probe'],
@@ -611,8 +611,9 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
     assert _csv_rows(actor_csv) >= 1, pods.log('actor/1')
     # Actor 0 paused (a stalled host) until the replacement has acted, so
     # that it cannot spend the budget alone while the replacement starts
-    # (10-15 s, at 2.5-5k env steps/s): without the pause the budget had to
-    # be 150k steps, which cost the test 30-40 s of CPU.
+    # (10-15 s, at 2.5-5k env steps/s). Without the pause the budget had to
+    # be 150k steps: the test took 42-53 s alone on the AVX-512 AMD, 36 s
+    # with it at 30k.
     survivor = pods.processes['actor/0']
     os.killpg(survivor.pid, signal.SIGSTOP)
     try:
