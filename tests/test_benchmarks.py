@@ -3,11 +3,12 @@
 command).
 
 Each documented `python benchmarks/...` command is run as written, with the
-flags of `SMALL` replaced or added (budgets cut to seconds, outputs sent to
-the test's directory so nothing under benchmarks/results/ is touched) and the
-lists of `FIRST` cut to their first entry (one seed, one game, one setting,
-one engine).
-Commands that are then the same run once. Commands that differ only in the
+flags of `SMALL` (and of `SMALL_WITH`, per command) replaced, added or left
+to the script's default (budgets cut to seconds, outputs sent to the test's
+directory so nothing under benchmarks/results/ is touched) and the lists of
+`FIRST` cut to their first entry (one seed, one game, one setting, one
+engine).
+Commands that are then the same, in any order of their flags, run once. Commands that differ only in the
 `--config.<field>=<value>` values they pass to the program (the MinAtar
 tuning rows) run once, and each other command's values are checked against
 the config they go to, without a launch: every launch costs 10-20 s of
@@ -120,9 +121,10 @@ DROP = object()
 SMALL_WITH = {
     # The gymnasium and EnvPool Pong programs at 1 x 16 and 2 x 8: its
     # EnvPool 2 x 8 run, which is the next command's, so the two run once
-    # (its gymnasium 1 x 16 run took 50 s of CPU, 55-60 s, of CI runs on
-    # 2 cores). gymnasium's Atari environments run in the gymnasium
-    # actor-only row's run, its program path in MinAtar's programs.
+    # (its gymnasium 1 x 16 run took 50 s of CPU and 55-60 s of wall time
+    # in CI runs on 2 cores). gymnasium's Atari environments run in the
+    # gymnasium actor-only row's run, its program path in MinAtar's
+    # programs.
     ('benchmarks/throughput.py', '--settings=1x16,2x8'): dict(
         engines=DROP, settings='2x8', steps_per_run=20000),
     # The EnvPool Atari run (2 x 8) likewise: at 40k it took 99 s of a CI
