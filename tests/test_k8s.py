@@ -581,6 +581,16 @@ def _csv_rows(path):
     return max(sum(1 for _ in f) - 1, 0)
 
 
+def _wait_for_rows(pods, path, rows, alive, timeout_s):
+  """Until `path` (actor 1's CSV, whose log a failure shows) has more than
+  `rows` rows, while pod `alive` runs."""
+  deadline = time.time() + timeout_s
+  while _csv_rows(path) <= rows and time.time() < deadline:
+    assert pods.processes[alive].poll() is None, pods.log(alive)
+    time.sleep(0.5)
+  assert _csv_rows(path) > rows, pods.log('actor/1')
+
+
 def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
   """replay, counter, coordinator, learner, two actors and the evaluator,
   each a pod on its own host; actor 1 gets SIGTERM mid-run (a preemption)
@@ -604,11 +614,7 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
     # Names resolve through the search path, as in a cluster namespace.
     pods.start_all()
     actor_csv = logdir / 'logs' / 'actor_1' / 'logs.csv'
-    deadline = time.time() + 240
-    while _csv_rows(actor_csv) < 1 and time.time() < deadline:
-      assert pods.processes['learner/0'].poll() is None, pods.log('learner/0')
-      time.sleep(0.5)
-    assert _csv_rows(actor_csv) >= 1, pods.log('actor/1')
+    _wait_for_rows(pods, actor_csv, 0, 'learner/0', 240)
     # Actor 0 paused (a stalled host) until the replacement has acted, so
     # that it cannot spend the budget alone while the replacement starts
     # (10-15 s, at 2.5-5k env steps/s). Without the pause the budget had to
@@ -623,11 +629,7 @@ def test_pods_on_separate_hosts_run_to_the_budget(tmp_path):
           'actor/1')
       rows_before = _csv_rows(actor_csv)
       pods.start('actor', 1)  # The Job's replacement: same index, new address.
-      deadline = time.time() + 180
-      while _csv_rows(actor_csv) <= rows_before and time.time() < deadline:
-        assert pods.processes['actor/1'].poll() is None, pods.log('actor/1')
-        time.sleep(0.5)
-      assert _csv_rows(actor_csv) > rows_before, pods.log('actor/1')
+      _wait_for_rows(pods, actor_csv, rows_before, 'actor/1', 180)
     finally:
       os.killpg(survivor.pid, signal.SIGCONT)
     statuses = pods.wait(timeout_s=420)
