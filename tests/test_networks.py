@@ -324,17 +324,19 @@ def _layer_cases(rng, dtype):
   if dtype != tf.float32:
     # The space-to-depth layers run where oneDNN is off, in float32 only.
     return cases
+  # Not square, so that a mix-up of rows and columns shows.
+  s2d_x = rng.normal(size=(3, 12, 10, 4))
   return cases + [
       ('space_to_depth conv',
        lambda x, w, b: networks.space_to_depth_conv2d_bias_relu(
            tf.nn.space_to_depth(x, 2), w, b, 2), conv,
-       *as_tensors(conv_x, conv_w, b)),
-      # Its 5 x 5 output cropped to 4 x 4, in blocks of 2 x 2.
+       *as_tensors(s2d_x, conv_w, b)),
+      # Its 5 x 4 output cropped to 4 x 4, in blocks of 2 x 2.
       ('space_to_depth conv, output in blocks',
        lambda x, w, b: networks.space_to_depth_conv2d_bias_relu(
            tf.nn.space_to_depth(x, 2), w, b, 2, out_block=2),
        lambda x, w, b: tf.nn.space_to_depth(conv(x, w, b)[:, :4, :4], 2),
-       *as_tensors(conv_x, conv_w, b)),
+       *as_tensors(s2d_x, conv_w, b)),
   ]
 
 
