@@ -227,46 +227,57 @@ def _crop_to_multiple(x: tf.Tensor, block: int) -> tf.Tensor:
 
 
 @tf.function(jit_compile=True, autograph=False)
-def _quarters_sum_bias_relu(q: tf.Tensor, b: tf.Tensor,
-                            out_block: int) -> tf.Tensor:
+def _quarters_sum_bias_relu(q: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
   """q [B, Hs, Ws, 2, 2, O] (each block times each kernel quarter) ->
-  y = relu(sum of the quarters' shifted windows + b) [B, Hs-1, Ws-1, O],
-  or with out_block > 1 tf.nn.space_to_depth of y (cropped to multiples of
-  out_block), in the same pass."""
+  y = relu(sum of the quarters' shifted windows + b) [B, Hs-1, Ws-1, O]."""
   z = (q[:, :-1, :-1, 0, 0] + q[:, :-1, 1:, 0, 1] + q[:, 1:, :-1, 1, 0] +
        q[:, 1:, 1:, 1, 1])
-  y = tf.nn.relu(z + tf.cast(b, q.dtype))
+  return tf.nn.relu(z + tf.cast(b, q.dtype))
+
+
+# The layout changes between a layer's output and the next layer's blocks
+# (space_to_depth and back) are TensorFlow's kernels, outside the XLA calls:
+# XLA CPU compiles them as transposes that are several times slower. The
+# first layer's shifted sum with its space_to_depth in one XLA call took
+# 20.5 ms on a learner batch, the sum alone 3.3 ms and TensorFlow's
+# space_to_depth of its output 1.9 ms (AMD EPYC with AVX-512, oneDNN off;
+# docs/benchmarks.md, Learner).
+
+
+def _quarters_to_output(q: tf.Tensor, b: tf.Tensor,
+                        out_block: int) -> tf.Tensor:
+  """`_quarters_sum_bias_relu`, or with out_block > 1 tf.nn.space_to_depth
+  of its output (cropped to multiples of out_block)."""
+  y = _quarters_sum_bias_relu(q, b)
   if out_block == 1:
     return y
   return tf.nn.space_to_depth(_crop_to_multiple(y, out_block), out_block)
 
 
-@tf.function(jit_compile=True, autograph=False)
 def _masked_rows(dy: tf.Tensor, y: tf.Tensor, out_block: int,
                  out_size: Tuple[int, int]) -> Tuple[tf.Tensor, tf.Tensor]:
   """The ReLU-masked dy as rows for `_quarters_grad`: (rows, db).
 
-  dy, y in `_quarters_sum_bias_relu`'s output layout; out_size: (Hs-1,
-  Ws-1). rows [Ws + 1 + B * Hs * Ws, O]: Ws + 1 zero rows, then dz [B, Hs-1,
-  Ws-1, O] padded with a zero last row and column to [B, Hs, Ws, O],
-  flattened. db [O] is summed in float32.
+  dy, y in `_quarters_to_output`'s output layout; out_size: (Hs-1, Ws-1).
+  rows [Ws + 1 + B * Hs * Ws, O]: Ws + 1 zero rows, then dz [B, Hs-1, Ws-1,
+  O] padded with zeros to [B, Hs, Ws, O] (a last row and column, and what
+  out_block's crop left out), flattened. db [O] is summed in float32.
   """
-  dz = _relu_mask(dy, y)
+  dz = _relu_grad(dy, y)
   if out_block > 1:
     dz = tf.nn.depth_to_space(dz, out_block)
-    dz = tf.pad(dz, [[0, 0], [0, out_size[0] - dz.shape[1]],
-                     [0, out_size[1] - dz.shape[2]], [0, 0]])
-  padded = tf.pad(dz, [[0, 0], [0, 1], [0, 1], [0, 0]])
+  padded = tf.pad(dz, [[0, 0], [0, out_size[0] + 1 - dz.shape[1]],
+                       [0, out_size[1] + 1 - dz.shape[2]], [0, 0]])
   rows = tf.pad(tf.reshape(padded, [-1, dz.shape[-1]]),
                 [[out_size[1] + 2, 0], [0, 0]])
-  return rows, tf.reduce_sum(tf.cast(dz, tf.float32), axis=[0, 1, 2])
+  return rows, _bias_grad(dz)
 
 
 def _quarters_grad(dy: tf.Tensor, y: tf.Tensor, out_block: int,
                    out_size: Tuple[int, int]) -> Tuple[tf.Tensor, tf.Tensor]:
-  """The gradient of `_quarters_sum_bias_relu` at its output y: (dq, db).
+  """The gradient of `_quarters_to_output` at its output y: (dq, db).
 
-  dy, y in that function's output layout; out_size: (Hs-1, Ws-1). dq
+  dy, y in `_quarters_to_output`'s output layout; out_size: (Hs-1, Ws-1). dq
   [B * Hs * Ws, 4 * O] holds the ReLU-masked dy shifted to each quarter's
   window (zeros outside it); db [O] is summed in float32.
 
@@ -322,7 +333,7 @@ def space_to_depth_conv2d_bias_relu(xs: tf.Tensor, w: tf.Tensor,
   def layer(xs, w, b):
     rows = tf.reshape(xs, [-1, xs.shape[-1]])
     matrix = _kernel_as_matrix(w, stride)
-    y = _quarters_sum_bias_relu(
+    y = _quarters_to_output(
         tf.reshape(tf.matmul(rows, matrix),
                    tf.concat([tf.shape(xs)[:3], [2, 2, o]], 0)), b, out_block)
 
