@@ -337,6 +337,12 @@ def _layer_cases(rng, dtype):
            tf.nn.space_to_depth(x, 2), w, b, 2, out_block=2),
        lambda x, w, b: tf.nn.space_to_depth(conv(x, w, b)[:, :4, :4], 2),
        *as_tensors(s2d_x, conv_w, b)),
+      # A 5 x 7 output cropped along both sides to 4 x 6.
+      ('space_to_depth conv, output in blocks, both sides cropped',
+       lambda x, w, b: networks.space_to_depth_conv2d_bias_relu(
+           tf.nn.space_to_depth(x, 2), w, b, 2, out_block=2),
+       lambda x, w, b: tf.nn.space_to_depth(conv(x, w, b)[:, :4, :6], 2),
+       *as_tensors(rng.normal(size=(3, 12, 16, 4)), conv_w, b)),
   ]
 
 

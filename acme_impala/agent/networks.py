@@ -236,7 +236,8 @@ def _quarters_sum_bias_relu(q: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 
 
 # The layout changes between a layer's output and the next layer's blocks
-# (space_to_depth and back) are TensorFlow's kernels, outside the XLA calls:
+# (space_to_depth and back), and the gradient's pads, are TensorFlow's
+# kernels, outside the XLA calls:
 # XLA CPU compiles them as transposes that are several times slower. The
 # first layer's shifted sum with its space_to_depth in one XLA call took
 # 20.5 ms on a learner batch, the sum alone 3.3 ms and TensorFlow's
@@ -310,7 +311,7 @@ def space_to_depth_conv2d_bias_relu(xs: tf.Tensor, w: tf.Tensor,
     stride: the same along height and width.
     out_block: > 1: y in tf.nn.space_to_depth's layout by this block (rows
       and columns past its last multiple dropped), as the next such layer
-      takes its input; computed in the same pass as y.
+      takes its input: TensorFlow's space_to_depth after the XLA sum.
 
   Returns:
     y [B, Hs - 1, Ws - 1, O] (or its blocks) in xs's dtype: equal to
