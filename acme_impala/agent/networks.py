@@ -237,9 +237,9 @@ def _quarters_sum_bias_relu(q: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 
 # The layout changes between a layer's output and the next layer's blocks
 # (space_to_depth and back), and the gradient's pads, are TensorFlow's
-# kernels, outside the XLA calls:
-# XLA CPU compiles them as transposes that are several times slower. The
-# first layer's shifted sum with its space_to_depth in one XLA call took
+# kernels, outside the XLA calls: XLA CPU compiles them as transposes that
+# are several times slower. The first layer's shifted sum with its
+# space_to_depth in one XLA call took
 # 20.5 ms on a learner batch, the sum alone 3.3 ms and TensorFlow's
 # space_to_depth of its output 1.9 ms (AMD EPYC with AVX-512, oneDNN off;
 # docs/benchmarks.md, Learner).
