@@ -97,6 +97,7 @@ from acme_impala.agent import types
 from acme_impala.agent import vtrace
 from acme_impala.envs import registry
 from acme_impala.host import hardware
+import onednn_verbose  # pylint: disable=g-import-not-at-top
 import provenance  # pylint: disable=g-import-not-at-top
 # pylint: enable=g-import-not-at-top
 # This script's directory (sys.path[0]) holds benchmarks/minatar.py, which
@@ -774,6 +775,134 @@ def _onednn_report(quick: bool, envs, modes):
               f'{_BATCH_SIZE / step_s:.0f} | {same} | {default} |')
 
 
+# -- oneDNN's primitives inside a step: which kernels the float32 step's
+# arithmetic runs on, at what rate. ----------------------------------------
+
+_PRIMITIVE_STEPS = 10
+_QUICK_PRIMITIVE_STEPS = 2
+# A large matmul (oneDNN's inner product, through the fused MatMul + BiasAdd
+# it is given): the rate these kernels reach on this CPU when the shape is
+# easy, against which each primitive of the step is read.
+_REFERENCE_SIZE = 2048
+_REFERENCE = f'reference: {_REFERENCE_SIZE}^3 matmul + bias (inner product)'
+
+
+def _primitives_child(envs, quick: bool, mode: Optional[str]):
+  """In a process with ONEDNN_VERBOSE=1: `_PRIMITIVE_STEPS` float32 steps
+  of our learner and of Acme's per network, and the reference matmul,
+  each between marks."""
+  steps = _QUICK_PRIMITIVE_STEPS if quick else _PRIMITIVE_STEPS
+  a = tf.random.stateless_normal([_REFERENCE_SIZE] * 2, [0, 1])
+  b = tf.zeros([_REFERENCE_SIZE])
+  reference = _Timed(tf.function(
+      lambda: tf.reduce_sum(tf.nn.bias_add(tf.matmul(a, a), b)),
+      autograph=False))
+  for _ in range(3):
+    reference.step()
+  onednn_verbose.mark('begin', _REFERENCE)
+  start = time.perf_counter()
+  for _ in range(steps):
+    reference.step()
+  onednn_verbose.mark('end', _REFERENCE, str(steps),
+                      repr(time.perf_counter() - start))
+  for label, overrides, _, _ in _NETWORKS:
+    if envs and overrides['env_id'] not in envs:
+      continue
+    config = _make_config(dict(overrides, torso_dtype='float32',
+                               compile_mode=mode or
+                               config_lib.IMPALAConfig().compile_mode))
+    sample, spec, _ = _make_batch(config)
+    learners = {'ours': learning.IMPALALearner(
+        _make_network(config, spec), itertools.repeat(sample), config,
+        logger=loggers.NoOpLogger())}
+    with _no_acme_snapshots():
+      learners[_ACME] = _acme_learner(config, spec, sample)
+    for name, learner in learners.items():
+      for _ in range(3):
+        learner.step()
+      segment = f'{label}: {name}'
+      onednn_verbose.mark('begin', segment)
+      start = time.perf_counter()
+      for _ in range(steps):
+        learner.step()
+      onednn_verbose.mark('end', segment, str(steps),
+                          repr(time.perf_counter() - start))
+
+
+def _primitives_report(envs, quick: bool, mode: Optional[str]):
+  """Runs `_primitives_child` with oneDNN on and its verbose log, and
+  prints per segment each primitive's calls per step, time and GFLOP/s."""
+  cmd = [sys.executable, os.path.abspath(__file__), '--primitives_child'] + (
+      ['--quick'] if quick else []) + (
+          [f'--envs={",".join(envs)}'] if envs else []) + (
+              [f'--modes={mode}'] if mode else [])
+  env = dict(os.environ, ONEDNN_VERBOSE='1', **{_ONEDNN: '1'})
+  print(f'learner_bench.py --onednn_primitives at commit '
+        f'{provenance.git_commit()}: TensorFlow {tf.__version__}, '
+        f'{_ONEDNN}=1 and ONEDNN_VERBOSE=1 in a process of its own, on '
+        f'{hardware.describe_cpu()}; batch_size={_BATCH_SIZE}, '
+        f'unroll_length={_UNROLL_LENGTH}, float32, compile_mode='
+        f'{mode or config_lib.IMPALAConfig().compile_mode!r}. Each oneDNN '
+        'primitive call is timed by oneDNN itself; medians per call over '
+        'the timed steps. The steps\' wall times include the verbose '
+        'log\'s printing.\n', flush=True)
+  proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, timeout=3600)
+  if proc.returncode != 0:
+    raise SystemExit('learner_bench.py --onednn_primitives: its child '
+                     f'process failed (exit {proc.returncode}):\n'
+                     f'{proc.stderr[-3000:]}')
+  segments = onednn_verbose.parse(proc.stdout)
+  if not any(s['calls'] for s in segments.values()):
+    raise SystemExit(
+        'learner_bench.py --onednn_primitives: no oneDNN primitive ran in '
+        f'any of {list(segments)}; expected ONEDNN_VERBOSE=1 exec lines '
+        f'from TensorFlow\'s oneDNN kernels ({_ONEDNN}=1).')
+  reference = segments.pop(_REFERENCE)['calls']
+  products = [k for k in reference if k[0] == 'inner_product']
+  if not products:
+    raise SystemExit(
+        'learner_bench.py --onednn_primitives: the reference matmul ran no '
+        f'oneDNN inner product (it ran {sorted(reference)}); expected '
+        'TensorFlow\'s fused MatMul + BiasAdd to use one.')
+  ref_times = reference[max(products, key=lambda k: sum(reference[k]))]
+  ref_rate = 2 * _REFERENCE_SIZE ** 3 / 1e9 / (
+      statistics.median(ref_times) / 1e3)
+  print(f'{_REFERENCE}: {statistics.median(ref_times):.2f} ms, '
+        f'{ref_rate:.0f} GFLOP/s.\n')
+  results = {'reference_gflop_per_s': ref_rate, 'segments': {}}
+  for segment, data in segments.items():
+    n = data['steps']
+    rows = []
+    for (kind, impl, prop, problem), times in data['calls'].items():
+      per_call = statistics.median(times)
+      gflop = onednn_verbose.primitive_gflop(kind, problem)
+      rows.append((per_call * len(times) / n, kind, impl, prop, problem,
+                   len(times) / n, per_call, gflop))
+    rows.sort(reverse=True)
+    step_ms = data['seconds'] / n * 1e3
+    in_primitives = sum(r[0] for r in rows)
+    print(f'### {segment}\n')
+    print('| primitive | implementation | problem | calls / step | '
+          'ms / call | ms / step | GFLOP / call | GFLOP/s | of reference |')
+    print('|---|---|---|---:|---:|---:|---:|---:|---:|')
+    for per_step, kind, impl, prop, problem, calls, per_call, gflop in rows:
+      rate = gflop / (per_call / 1e3) if gflop and per_call > 0 else None
+      print(f'| {kind} {prop} | {impl} | {problem} | {calls:g} | '
+            f'{per_call:.3f} | {per_step:.2f} | '
+            f'{f"{gflop:.3g}" if gflop else "-"} | '
+            f'{f"{rate:.0f}" if rate else "-"} | '
+            f'{f"{rate / ref_rate:.0%}" if rate else "-"} |')
+    print(f'\noneDNN primitives: {in_primitives:.1f} ms of the step\'s '
+          f'{step_ms:.1f} ms ({in_primitives / step_ms:.0%}); the rest is '
+          'ops that log no primitive (TensorFlow\'s _MklMatMul, the XLA '
+          'calls, elementwise ops, RMSProp), the cores left idle where the '
+          'ops form a chain, dispatch and the verbose log.\n', flush=True)
+    results['segments'][segment] = dict(step_ms=step_ms,
+                                        primitives_ms=in_primitives)
+  return results
+
+
 def main():
   if len(sys.argv) == 6 and sys.argv[1] == '--replay_child':
     absl_logging.set_verbosity(absl_logging.ERROR)
@@ -799,6 +928,11 @@ def main():
                       help='where a float32 step of our learner goes '
                       '(torso, LSTM, V-trace, optimiser, input, Python), '
                       'part by part, with Acme\'s step beside it')
+  parser.add_argument('--onednn_primitives', action='store_true',
+                      help="which of oneDNN's kernels a float32 step of "
+                      "ours and of Acme's runs, each primitive's time per "
+                      "step and GFLOP/s against a large matmul's (oneDNN "
+                      "on, ONEDNN_VERBOSE=1, in a process of its own)")
   parser.add_argument('--json_out', default=None,
                       help='also write the step times as JSON here')
   parser.add_argument('--envs', default=None,
@@ -808,6 +942,8 @@ def main():
                       help='only these compile modes of our learner '
                       '(comma-separated, of '
                       f'{", ".join(config_lib.COMPILE_MODES)}); default: all')
+  parser.add_argument('--primitives_child', action='store_true',
+                      help=argparse.SUPPRESS)
   args = parser.parse_args()
   envs = args.envs.split(',') if args.envs else None
   modes = (args.modes.split(',') if args.modes else
@@ -816,9 +952,11 @@ def main():
   if bad:
     parser.error(f'--modes={args.modes!r}: {bad} are not compile modes; '
                  f'expected some of {list(config_lib.COMPILE_MODES)}')
-  if args.breakdown and len(modes) > 1 and args.modes:
-    parser.error(f'--modes={args.modes!r}: --breakdown takes one compile '
-                 'mode (default: the config\'s).')
+  one_mode = [f for f in ('breakdown', 'onednn_primitives')
+              if getattr(args, f)]
+  if one_mode and len(modes) > 1 and args.modes:
+    parser.error(f'--modes={args.modes!r}: --{one_mode[0]} takes one '
+                 'compile mode (default: the config\'s).')
   absl_logging.set_verbosity(absl_logging.ERROR)
   tf.get_logger().setLevel('ERROR')
   if args.replay_states:
@@ -829,6 +967,15 @@ def main():
     return
   if args.breakdown:
     _breakdown_report(envs, args.quick, args.modes, args.json_out)
+    return
+  if args.primitives_child:
+    _primitives_child(envs, args.quick, args.modes)
+    return
+  if args.onednn_primitives:
+    results = _primitives_report(envs, args.quick, args.modes)
+    if args.json_out:
+      with open(args.json_out, 'w') as f:
+        json.dump(results, f)
     return
   if args.onednn == 'both':
     _onednn_report(args.quick, envs, modes)
