@@ -780,72 +780,72 @@ def _onednn_report(quick: bool, envs, modes):
 
 _PRIMITIVE_STEPS = 10
 _QUICK_PRIMITIVE_STEPS = 2
-# A large matmul (oneDNN's inner product, through the fused MatMul + BiasAdd
-# it is given): the rate these kernels reach on this CPU when the shape is
-# easy, against which each primitive of the step is read.
+# The rate oneDNN reaches on this CPU when the shape is easy, against which
+# each primitive of the step is read. The bias is there for the log: TF 2.8
+# runs a plain MatMul as _MklMatMul (oneDNN's sgemm, which logs nothing);
+# with a BiasAdd after it, grappler fuses the two into an inner product,
+# which is logged.
 _REFERENCE_SIZE = 2048
 _REFERENCE = f'reference: {_REFERENCE_SIZE}^3 matmul + bias (inner product)'
 
 
-def _primitives_child(envs, quick: bool, mode: Optional[str]):
-  """In a process with ONEDNN_VERBOSE=1: `_PRIMITIVE_STEPS` float32 steps
-  of our learner and of Acme's per network, and the reference matmul,
-  each between marks."""
+def _primitives_networks(envs):
+  return [n for n in _NETWORKS if not envs or n[1]['env_id'] in envs]
+
+
+def _primitives_child(envs, quick: bool, mode: str):
+  """In a process with ONEDNN_VERBOSE=1: the reference matmul, then
+  `_PRIMITIVE_STEPS` float32 steps of our learner and of Acme's per
+  network, each between marks. TensorFlow runs one op at a time here
+  (inter-op parallelism 1, each op still on all cores): two ops run side
+  by side share the cores, and oneDNN's timer would charge each with the
+  other's time (the second convolution's two gradients, 5.8-5.9 ms each
+  side by side, 4.2 and 2.2 ms one at a time; AMD-512, d2995b7)."""
+  tf.config.threading.set_inter_op_parallelism_threads(1)
   steps = _QUICK_PRIMITIVE_STEPS if quick else _PRIMITIVE_STEPS
   a = tf.random.stateless_normal([_REFERENCE_SIZE] * 2, [0, 1])
   b = tf.zeros([_REFERENCE_SIZE])
-  reference = _Timed(tf.function(
+  timed = {_REFERENCE: _Timed(tf.function(
       lambda: tf.reduce_sum(tf.nn.bias_add(tf.matmul(a, a), b)),
-      autograph=False))
-  for _ in range(3):
-    reference.step()
-  onednn_verbose.mark('begin', _REFERENCE)
-  start = time.perf_counter()
-  for _ in range(steps):
-    reference.step()
-  onednn_verbose.mark('end', _REFERENCE, str(steps),
-                      repr(time.perf_counter() - start))
-  for label, overrides, _, _ in _NETWORKS:
-    if envs and overrides['env_id'] not in envs:
-      continue
+      autograph=False))}
+  for label, overrides, _, _ in _primitives_networks(envs):
     config = _make_config(dict(overrides, torso_dtype='float32',
-                               compile_mode=mode or
-                               config_lib.IMPALAConfig().compile_mode))
+                               compile_mode=mode))
     sample, spec, _ = _make_batch(config)
-    learners = {'ours': learning.IMPALALearner(
-        _make_network(config, spec), itertools.repeat(sample), config,
-        logger=loggers.NoOpLogger())}
-    with _no_acme_snapshots():
-      learners[_ACME] = _acme_learner(config, spec, sample)
-    for name, learner in learners.items():
-      for _ in range(3):
-        learner.step()
-      segment = f'{label}: {name}'
-      onednn_verbose.mark('begin', segment)
-      start = time.perf_counter()
-      for _ in range(steps):
-        learner.step()
-      onednn_verbose.mark('end', segment, str(steps),
-                          repr(time.perf_counter() - start))
+    learners = _make_learners(config, spec, sample, [mode])
+    timed[f'{label}: ours'] = learners[f'ours, {mode}']
+    timed[f'{label}: {_ACME}'] = learners[_ACME]
+  for segment, learner in timed.items():
+    for _ in range(3):
+      learner.step()
+    onednn_verbose.mark('begin', segment)
+    seconds = _time_steps(learner, steps) * steps
+    onednn_verbose.mark('end', segment, str(steps), repr(seconds))
 
 
-def _primitives_report(envs, quick: bool, mode: Optional[str]):
+def _primitives_report(envs, quick: bool, mode: str):
   """Runs `_primitives_child` with oneDNN on and its verbose log, and
   prints per segment each primitive's calls per step, time and GFLOP/s."""
-  cmd = [sys.executable, os.path.abspath(__file__), '--primitives_child'] + (
-      ['--quick'] if quick else []) + (
-          [f'--envs={",".join(envs)}'] if envs else []) + (
-              [f'--modes={mode}'] if mode else [])
+  if not _primitives_networks(envs):
+    raise SystemExit(
+        f'learner_bench.py --onednn_primitives: --envs={",".join(envs)!r} '
+        'names no network of this benchmark; expected some of '
+        f'{[n[1]["env_id"] for n in _NETWORKS]}.')
+  cmd = [sys.executable, os.path.abspath(__file__), '--primitives_child',
+         f'--modes={mode}'] + (['--quick'] if quick else []) + (
+             [f'--envs={",".join(envs)}'] if envs else [])
   env = dict(os.environ, ONEDNN_VERBOSE='1', **{_ONEDNN: '1'})
   print(f'learner_bench.py --onednn_primitives at commit '
         f'{provenance.git_commit()}: TensorFlow {tf.__version__}, '
         f'{_ONEDNN}=1 and ONEDNN_VERBOSE=1 in a process of its own, on '
-        f'{hardware.describe_cpu()}; batch_size={_BATCH_SIZE}, '
-        f'unroll_length={_UNROLL_LENGTH}, float32, compile_mode='
-        f'{mode or config_lib.IMPALAConfig().compile_mode!r}. Each oneDNN '
-        'primitive call is timed by oneDNN itself; medians per call over '
-        'the timed steps. The steps\' wall times include the verbose '
-        'log\'s printing.\n', flush=True)
+        f'{provenance.cpu()}; batch_size={_BATCH_SIZE}, '
+        f'unroll_length={_UNROLL_LENGTH}, float32, compile_mode={mode!r}. '
+        'TensorFlow runs one op at a time (inter-op parallelism 1, each op '
+        'on all cores), so that no primitive\'s time holds another\'s; the '
+        'steps\' wall times are those of that setting (and of the verbose '
+        'log\'s printing), not of a normal step. Each call is timed by '
+        'oneDNN itself; medians per call over the timed steps.\n',
+        flush=True)
   proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, text=True, timeout=3600)
   if proc.returncode != 0:
@@ -859,26 +859,27 @@ def _primitives_report(envs, quick: bool, mode: Optional[str]):
         f'any of {list(segments)}; expected ONEDNN_VERBOSE=1 exec lines '
         f'from TensorFlow\'s oneDNN kernels ({_ONEDNN}=1).')
   reference = segments.pop(_REFERENCE)['calls']
-  products = [k for k in reference if k[0] == 'inner_product']
-  if not products:
+  size = _REFERENCE_SIZE
+  key = ('inner_product', f'mb{size}ic{size}oc{size}')
+  ref_times = [t for (kind, _, _, problem), t in reference.items()
+               if (kind, problem) == key]
+  if not ref_times:
     raise SystemExit(
         'learner_bench.py --onednn_primitives: the reference matmul ran no '
-        f'oneDNN inner product (it ran {sorted(reference)}); expected '
-        'TensorFlow\'s fused MatMul + BiasAdd to use one.')
-  ref_times = reference[max(products, key=lambda k: sum(reference[k]))]
-  ref_rate = 2 * _REFERENCE_SIZE ** 3 / 1e9 / (
-      statistics.median(ref_times) / 1e3)
-  print(f'{_REFERENCE}: {statistics.median(ref_times):.2f} ms, '
-        f'{ref_rate:.0f} GFLOP/s.\n')
+        f'oneDNN inner product {key[1]} (it ran {sorted(reference)}); '
+        'expected TensorFlow\'s fused MatMul + BiasAdd to use one.')
+  ref_ms = statistics.median(ref_times[0])
+  ref_rate = onednn_verbose.primitive_gflop(*key) / (ref_ms / 1e3)
+  print(f'{_REFERENCE}: {ref_ms:.2f} ms, {ref_rate:.0f} GFLOP/s.\n')
   results = {'reference_gflop_per_s': ref_rate, 'segments': {}}
   for segment, data in segments.items():
     n = data['steps']
     rows = []
     for (kind, impl, prop, problem), times in data['calls'].items():
       per_call = statistics.median(times)
-      gflop = onednn_verbose.primitive_gflop(kind, problem)
       rows.append((per_call * len(times) / n, kind, impl, prop, problem,
-                   len(times) / n, per_call, gflop))
+                   len(times) / n, per_call,
+                   onednn_verbose.primitive_gflop(kind, problem)))
     rows.sort(reverse=True)
     step_ms = data['seconds'] / n * 1e3
     in_primitives = sum(r[0] for r in rows)
@@ -887,6 +888,7 @@ def _primitives_report(envs, quick: bool, mode: Optional[str]):
           'ms / call | ms / step | GFLOP / call | GFLOP/s | of reference |')
     print('|---|---|---|---:|---:|---:|---:|---:|---:|')
     for per_step, kind, impl, prop, problem, calls, per_call, gflop in rows:
+      # oneDNN logs times in ms to 3 decimals: a tiny call can show 0.
       rate = gflop / (per_call / 1e3) if gflop and per_call > 0 else None
       print(f'| {kind} {prop} | {impl} | {problem} | {calls:g} | '
             f'{per_call:.3f} | {per_step:.2f} | '
@@ -895,9 +897,9 @@ def _primitives_report(envs, quick: bool, mode: Optional[str]):
             f'{f"{rate / ref_rate:.0%}" if rate else "-"} |')
     print(f'\noneDNN primitives: {in_primitives:.1f} ms of the step\'s '
           f'{step_ms:.1f} ms ({in_primitives / step_ms:.0%}); the rest is '
-          'ops that log no primitive (TensorFlow\'s _MklMatMul, the XLA '
-          'calls, elementwise ops, RMSProp), the cores left idle where the '
-          'ops form a chain, dispatch and the verbose log.\n', flush=True)
+          'ops that log no primitive (TensorFlow\'s _MklMatMul and '
+          'elementwise kernels; XLA calls, where the learner makes them; '
+          'the optimiser), dispatch and the verbose log.\n', flush=True)
     results['segments'][segment] = dict(step_ms=step_ms,
                                         primitives_ms=in_primitives)
   return results
@@ -934,7 +936,9 @@ def main():
                       "step and GFLOP/s against a large matmul's (oneDNN "
                       "on, ONEDNN_VERBOSE=1, in a process of its own)")
   parser.add_argument('--json_out', default=None,
-                      help='also write the step times as JSON here')
+                      help='also write the report\'s figures (step times; '
+                      'for --onednn_primitives the reference rate and each '
+                      'step\'s time in primitives) as JSON here')
   parser.add_argument('--envs', default=None,
                       help='only these environments (comma-separated ids, '
                       'e.g. CartPole-v1); default: all of the mode')
@@ -952,6 +956,12 @@ def main():
   if bad:
     parser.error(f'--modes={args.modes!r}: {bad} are not compile modes; '
                  f'expected some of {list(config_lib.COMPILE_MODES)}')
+  exclusive = [f for f in ('replay_states', 'breakdown', 'onednn_primitives')
+               if getattr(args, f)]
+  if len(exclusive) > 1:
+    parser.error(f'--{" and --".join(exclusive)}: one report at a time; '
+                 'expected at most one of --replay_states, --breakdown, '
+                 '--onednn_primitives.')
   one_mode = [f for f in ('breakdown', 'onednn_primitives')
               if getattr(args, f)]
   if one_mode and len(modes) > 1 and args.modes:
@@ -968,11 +978,13 @@ def main():
   if args.breakdown:
     _breakdown_report(envs, args.quick, args.modes, args.json_out)
     return
+  if args.primitives_child or args.onednn_primitives:
+    mode = args.modes or config_lib.IMPALAConfig().compile_mode
   if args.primitives_child:
-    _primitives_child(envs, args.quick, args.modes)
+    _primitives_child(envs, args.quick, mode)
     return
   if args.onednn_primitives:
-    results = _primitives_report(envs, args.quick, args.modes)
+    results = _primitives_report(envs, args.quick, mode)
     if args.json_out:
       with open(args.json_out, 'w') as f:
         json.dump(results, f)

@@ -5,7 +5,7 @@ A child marks the stretches it times with `mark('begin', name)` and
 `mark('end', name, steps, seconds)`; `parse` reads its stdout back into
 per-stretch primitive calls, and `primitive_gflop` gives the multiply-adds
 of one call from its problem descriptor. No TensorFlow here: the parsing is
-tested on hand-written lines (tests/test_benchmarks.py).
+tested on hand-written lines (tests/test_onednn_verbose.py).
 """
 
 import ctypes
@@ -27,7 +27,8 @@ def primitive_gflop(kind: str, problem: str) -> Optional[float]:
   (forward, backward_data and backward_weights alike: 2 mb ic oc oh ow kh
   kw, with groups g: ic and oc are totals, so divided by g);
   inner_product: 'mb672ic2592oc256' (spatial ih, iw multiply ic);
-  matmul: 'A1xA2:B1xB2:C1xC2' (batch dims before the last two)."""
+  matmul: 'A1xA2:B1xB2:C1xC2' (src:weights:dst, batch dims before the
+  last two, broadcast: the work is dst's elements times the shared K)."""
   fields = dict(re.findall(r'([a-z]+)(\d+)', problem))
   get = lambda k, default=1: int(fields.get(k, default))
   if kind == 'convolution':
@@ -44,11 +45,11 @@ def primitive_gflop(kind: str, problem: str) -> Optional[float]:
     return 2 * get('mb') * inputs * get('oc') / 1e9
   if kind == 'matmul':
     try:
-      src, wei, _ = (list(map(int, part.split('x')))
+      src, _, dst = (list(map(int, part.split('x')))
                      for part in problem.split(':'))
     except ValueError:
       return None
-    return 2 * math.prod(src) * wei[-1] / 1e9
+    return 2 * math.prod(dst) * src[-1] / 1e9
   return None
 
 
@@ -60,12 +61,19 @@ def parse(stdout: str) -> dict:
   segments, current = {}, None
   for line in stdout.splitlines():
     if line.startswith(MARK):
-      words = line[len(MARK):].split('\t')
-      if words[1] == 'begin':
-        current = {'calls': {}}
-        segments[words[2]] = current
+      words = line[len(MARK):].split('\t')[1:]
+      name = words[1]
+      if words[0] == 'begin':
+        if current is not None or name in segments:
+          raise ValueError(f'onednn_verbose.parse: segment {name!r} begins '
+                           'while one is open or after one of that name; '
+                           'expected each name once, begin then end.')
+        current = segments[name] = {'calls': {}}
       else:
-        current.update(steps=int(words[3]), seconds=float(words[4]))
+        if current is None or current is not segments.get(name):
+          raise ValueError(f'onednn_verbose.parse: segment {name!r} ends '
+                           'without having begun.')
+        current.update(steps=int(words[2]), seconds=float(words[3]))
         current = None
     elif current is not None and line.startswith('onednn_verbose,exec,'):
       fields = line.split(',')
@@ -73,6 +81,10 @@ def parse(stdout: str) -> dict:
       # auxiliary, problem, time (ms); the attributes may hold commas.
       key = (fields[3], fields[4], fields[5], fields[-2])
       current['calls'].setdefault(key, []).append(float(fields[-1]))
+  if current is not None:
+    raise ValueError(f'onednn_verbose.parse: the output ends inside a '
+                     f'segment ({list(segments)[-1]!r}); expected its end '
+                     'mark (did the child die?).')
   return segments
 
 

@@ -21,8 +21,9 @@ _spec.loader.exec_module(onednn_verbose)
     # 4 x 16 channels x 20 x 20 outputs x 8 x 8 taps.
     ('convolution', 'mb672_ic4oc16_ih84oh20kh8sh4dh0ph0_iw84ow20kw8sw4dw0pw0',
      2 * 672 * 4 * 16 * 20 * 20 * 8 * 8),
-    # Two groups: each output channel sees ic / g = 2 input channels.
-    ('convolution', 'g2mb1_ic4oc4_ih3oh1kh3sh1dh0ph0_iw3ow1kw3sw1dw0pw0',
+    # Two groups (oneDNN 2.x writes g after mb): each output channel sees
+    # ic / g = 2 input channels.
+    ('convolution', 'mb1_g2ic4oc4_ih3oh1kh3sh1dh0ph0_iw3ow1kw3sw1dw0pw0',
      2 * 1 * 4 * 4 * 3 * 3 // 2),
     # A 3-D one: depth multiplies like height and width.
     ('convolution',
@@ -32,6 +33,8 @@ _spec.loader.exec_module(onednn_verbose)
     # An inner product over a [2, 3, 4, 5] input: 60 inputs per row.
     ('inner_product', 'mb2ic3ih4iw5oc6', 2 * 2 * 60 * 6),
     ('matmul', '2x3x4:2x4x5:2x3x5', 2 * (2 * 3 * 4) * 5),
+    # The source's batch dim broadcast over the weights': 2 products.
+    ('matmul', '1x3x4:2x4x5:2x3x5', 2 * (2 * 3 * 5) * 4),
 ])
 def test_primitive_gflop_counts_the_multiply_adds(kind, problem, flops):
   assert onednn_verbose.primitive_gflop(kind, problem) == pytest.approx(
@@ -83,6 +86,18 @@ def test_parse_keeps_each_marked_stretch_apart():
   assert segments['acme: a name, with commas']['calls'] == {
       ('inner_product', 'x64:gemm:jit', 'forward_training', 'mb2ic3oc4'):
           [0.5]}
+
+
+@pytest.mark.parametrize('marks, message', [
+    (['end\tx\t1\t0.5'], "'x' ends without having begun"),
+    (['begin\tx'], "ends inside a segment \\('x'\\)"),
+    (['begin\tx', 'begin\ty'], "'y' begins while one is open"),
+    (['begin\tx', 'end\tx\t1\t0.5', 'begin\tx'], "'x' begins .* after"),
+])
+def test_parse_refuses_marks_that_do_not_pair(marks, message):
+  stdout = '\n'.join(f'{onednn_verbose.MARK}\t{m}' for m in marks)
+  with pytest.raises(ValueError, match=message):
+    onednn_verbose.parse(stdout)
 
 
 def test_mark_is_ordered_with_c_stdio_output():
