@@ -796,12 +796,14 @@ def _primitives_networks(envs):
 def _primitives_child(envs, quick: bool, mode: str):
   """In a process with ONEDNN_VERBOSE=1: the reference matmul, then
   `_PRIMITIVE_STEPS` float32 steps of our learner and of Acme's per
-  network, each between marks. TensorFlow runs one op at a time here
-  (inter-op parallelism 1, each op still on all cores): two ops run side
-  by side share the cores, and oneDNN's timer would charge each with the
-  other's time (the second convolution's two gradients, 5.8-5.9 ms each
-  side by side, 4.2 and 2.2 ms one at a time; AMD-512, d2995b7)."""
-  tf.config.threading.set_inter_op_parallelism_threads(1)
+  network, each between marks. The steps run as in training: ops that do
+  not depend on each other may run side by side, sharing the cores, and
+  oneDNN's timer then charges each with part of the other's time (the
+  second convolution's two gradients, 5.8-5.9 ms each in the step, 3.5-4.2
+  and 2.2-3.4 ms timed alone; AMD-512, d2995b7). Running one op at a time
+  (inter-op parallelism 1) gave step and kernel times that varied from
+  run to run by up to 1.6x (55-91 ms a step; 1405f27), so it is not
+  used."""
   steps = _QUICK_PRIMITIVE_STEPS if quick else _PRIMITIVE_STEPS
   a = tf.random.stateless_normal([_REFERENCE_SIZE] * 2, [0, 1])
   b = tf.zeros([_REFERENCE_SIZE])
@@ -840,11 +842,10 @@ def _primitives_report(envs, quick: bool, mode: str):
         f'{_ONEDNN}=1 and ONEDNN_VERBOSE=1 in a process of its own, on '
         f'{provenance.cpu()}; batch_size={_BATCH_SIZE}, '
         f'unroll_length={_UNROLL_LENGTH}, float32, compile_mode={mode!r}. '
-        'TensorFlow runs one op at a time (inter-op parallelism 1, each op '
-        'on all cores), so that no primitive\'s time holds another\'s; the '
-        'steps\' wall times are those of that setting (and of the verbose '
-        'log\'s printing), not of a normal step. Each call is timed by '
-        'oneDNN itself; medians per call over the timed steps.\n',
+        'Each call is timed by oneDNN itself (wall time: a kernel that ran '
+        'beside another op shared the cores with it, so its rate is a '
+        'lower bound); medians per call over the timed steps. The steps\' '
+        'wall times include the verbose log\'s printing.\n',
         flush=True)
   proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, text=True, timeout=3600)
