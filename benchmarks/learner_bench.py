@@ -799,8 +799,8 @@ def _primitives_child(envs, quick: bool, mode: str):
   network, each between marks. The steps run as in training: ops that do
   not depend on each other may run side by side, sharing the cores, and
   oneDNN's timer then charges each with part of the other's time (the
-  second convolution's two gradients, 5.8-5.9 ms each in the step, 3.5-4.2
-  and 2.2-3.4 ms timed alone; AMD-512, d2995b7). Running one op at a time
+  second convolution's two gradients, up to 5.9 ms each in the step, 3.5-4.5
+  and 2.2-3.6 ms timed alone; AMD-512, d2995b7). Running one op at a time
   (inter-op parallelism 1) gave step and kernel times that varied from
   run to run by up to 1.6x (55-91 ms a step; 1405f27), so it is not
   used."""
