@@ -238,7 +238,12 @@ def _make_batch(config):
   return sample, spec, num_steps
 
 
-def _make_learners(config, spec, sample, modes):
+def _selected_networks(envs):
+  """The entries of `_NETWORKS` whose env_id is in `envs` (all: None)."""
+  return [n for n in _NETWORKS if not envs or n[1]['env_id'] in envs]
+
+
+def _make_learners(config, spec, sample, modes, bfloat16: bool = True):
   """{row name: learner}, every learner on a fresh network and `sample`.
 
   The bfloat16 rows exist only where `_bf16_refusal` finds none, which
@@ -251,7 +256,8 @@ def _make_learners(config, spec, sample, modes):
     learners[f'ours, {mode}'] = learning.IMPALALearner(
         _make_network(cfg, spec), itertools.repeat(sample), cfg,
         logger=loggers.NoOpLogger())
-  bf16 = config.network == 'shallow' and _bf16_refusal() is None
+  bf16 = (bfloat16 and config.network == 'shallow' and
+          _bf16_refusal() is None)
   if bf16:
     cfg = config.replace(torso_dtype='bfloat16')
     learners[f'ours, {cfg.compile_mode}, {_BF16}'] = learning.IMPALALearner(
@@ -703,9 +709,7 @@ def _breakdown_report(envs, quick: bool, mode=None, json_out=None):
         'the same batch, repeats interleaved, median. Parts overlap: read '
         'differences.\n')
   results = {}
-  for label, overrides, plan, quick_plan in _NETWORKS:
-    if envs and overrides['env_id'] not in envs:
-      continue
+  for label, overrides, plan, quick_plan in _selected_networks(envs):
     config = _make_config(dict(overrides, torso_dtype='float32',
                                compile_mode=mode))
     sample, spec, _ = _make_batch(config)
@@ -789,10 +793,6 @@ _REFERENCE_SIZE = 2048
 _REFERENCE = f'reference: {_REFERENCE_SIZE}^3 matmul + bias (inner product)'
 
 
-def _primitives_networks(envs):
-  return [n for n in _NETWORKS if not envs or n[1]['env_id'] in envs]
-
-
 def _primitives_child(envs, quick: bool, mode: str):
   """In a process with ONEDNN_VERBOSE=1: the reference matmul, then
   `_PRIMITIVE_STEPS` float32 steps of our learner and of Acme's per
@@ -810,11 +810,11 @@ def _primitives_child(envs, quick: bool, mode: str):
   timed = {_REFERENCE: _Timed(tf.function(
       lambda: tf.reduce_sum(tf.nn.bias_add(tf.matmul(a, a), b)),
       autograph=False))}
-  for label, overrides, _, _ in _primitives_networks(envs):
+  for label, overrides, _, _ in _selected_networks(envs):
     config = _make_config(dict(overrides, torso_dtype='float32',
                                compile_mode=mode))
     sample, spec, _ = _make_batch(config)
-    learners = _make_learners(config, spec, sample, [mode])
+    learners = _make_learners(config, spec, sample, [mode], bfloat16=False)
     timed[f'{label}: ours'] = learners[f'ours, {mode}']
     timed[f'{label}: {_ACME}'] = learners[_ACME]
   for segment, learner in timed.items():
@@ -828,7 +828,7 @@ def _primitives_child(envs, quick: bool, mode: str):
 def _primitives_report(envs, quick: bool, mode: str):
   """Runs `_primitives_child` with oneDNN on and its verbose log, and
   prints per segment each primitive's calls per step, time and GFLOP/s."""
-  if not _primitives_networks(envs):
+  if not _selected_networks(envs):
     raise SystemExit(
         f'learner_bench.py --onednn_primitives: --envs={",".join(envs)!r} '
         'names no network of this benchmark; expected some of '
@@ -997,7 +997,7 @@ def main():
   start = time.perf_counter()
   budget_s = _QUICK_COMPILE_BUDGET_S if args.quick else _COMPILE_BUDGET_S
   results = []
-  networks = [n for n in _NETWORKS if not envs or n[1]['env_id'] in envs]
+  networks = _selected_networks(envs)
   for i, (label, overrides, plan, quick_plan) in enumerate(networks):
     results.append(_bench_network(label, overrides,
                                   quick_plan if args.quick else plan,
