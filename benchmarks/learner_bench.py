@@ -839,7 +839,9 @@ def _primitives_report(envs, quick: bool, mode: str):
   env = dict(os.environ, ONEDNN_VERBOSE='1', **{_ONEDNN: '1'})
   print(f'learner_bench.py --onednn_primitives at commit '
         f'{provenance.git_commit()}: TensorFlow {tf.__version__}, '
-        f'{_ONEDNN}=1 and ONEDNN_VERBOSE=1 in a process of its own, on '
+        f'{_ONEDNN}=1 and ONEDNN_VERBOSE=1 in a process of its own, '
+        'ONEDNN_MAX_CPU_ISA='
+        f'{os.environ.get("ONEDNN_MAX_CPU_ISA", "(unset: all)")}, on '
         f'{provenance.cpu()}; batch_size={_BATCH_SIZE}, '
         f'unroll_length={_UNROLL_LENGTH}, float32, compile_mode={mode!r}. '
         'Each call is timed by oneDNN itself (wall time: a kernel that ran '
