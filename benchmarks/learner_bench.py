@@ -418,11 +418,17 @@ def _bench_network(label, overrides, plan, budget_s, warm_up, modes):
               shape=tuple(sample.data.action.shape))
 
 
+def _isa_setting() -> str:
+  """oneDNN's ISA cap as every header names it: a run capped (say at AVX2,
+  as a proxy for a CPU without AVX-512) must say so in its own output."""
+  return ('ONEDNN_MAX_CPU_ISA='
+          f'{os.environ.get("ONEDNN_MAX_CPU_ISA", "(unset: all)")}')
+
+
 def _print_report(results, budget_s, total_s):
   print(f'learner_bench.py at commit {provenance.git_commit()}: '
         f'TensorFlow {tf.__version__}, {_ONEDNN}='
-        f'{os.environ.get(_ONEDNN, "0")}, ONEDNN_MAX_CPU_ISA='
-        f'{os.environ.get("ONEDNN_MAX_CPU_ISA", "(unset: all)")}, on '
+        f'{os.environ.get(_ONEDNN, "0")}, {_isa_setting()}, on '
         f'{hardware.describe_cpu()}; '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH} '
         f'(items of {_UNROLL_LENGTH + 1} steps); the same in-memory batch '
@@ -703,7 +709,8 @@ def _breakdown_report(envs, quick: bool, mode=None, json_out=None):
   mode = mode or config_lib.IMPALAConfig().compile_mode
   print(f'learner_bench.py --breakdown at commit {provenance.git_commit()}: '
         f'TensorFlow {tf.__version__}, {_ONEDNN}='
-        f'{os.environ.get(_ONEDNN, "0")}, on {provenance.cpu()}; '
+        f'{os.environ.get(_ONEDNN, "0")}, {_isa_setting()}, on '
+        f'{provenance.cpu()}; '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH}, float32, '
         f'compile_mode={mode!r}. Each part is timed alone on '
         'the same batch, repeats interleaved, median. Parts overlap: read '
@@ -840,8 +847,7 @@ def _primitives_report(envs, quick: bool, mode: str):
   print(f'learner_bench.py --onednn_primitives at commit '
         f'{provenance.git_commit()}: TensorFlow {tf.__version__}, '
         f'{_ONEDNN}=1 and ONEDNN_VERBOSE=1 in a process of its own, '
-        'ONEDNN_MAX_CPU_ISA='
-        f'{os.environ.get("ONEDNN_MAX_CPU_ISA", "(unset: all)")}, on '
+        f'{_isa_setting()}, on '
         f'{provenance.cpu()}; batch_size={_BATCH_SIZE}, '
         f'unroll_length={_UNROLL_LENGTH}, float32, compile_mode={mode!r}. '
         'Each call is timed by oneDNN itself (wall time: a kernel that ran '
