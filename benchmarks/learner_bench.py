@@ -96,7 +96,6 @@ from acme_impala.agent import networks
 from acme_impala.agent import types
 from acme_impala.agent import vtrace
 from acme_impala.envs import registry
-from acme_impala.host import hardware
 import onednn_verbose  # pylint: disable=g-import-not-at-top
 import provenance  # pylint: disable=g-import-not-at-top
 # pylint: enable=g-import-not-at-top
@@ -425,11 +424,17 @@ def _isa_setting() -> str:
           f'{os.environ.get("ONEDNN_MAX_CPU_ISA", "(unset: all)")}')
 
 
+def _tf_settings() -> str:
+  """This process's TensorFlow, oneDNN settings and CPU, as the table's and
+  the breakdown's headers name them."""
+  return (f'TensorFlow {tf.__version__}, {_ONEDNN}='
+          f'{os.environ.get(_ONEDNN, "0")}, {_isa_setting()}, on '
+          f'{provenance.cpu()}')
+
+
 def _print_report(results, budget_s, total_s):
   print(f'learner_bench.py at commit {provenance.git_commit()}: '
-        f'TensorFlow {tf.__version__}, {_ONEDNN}='
-        f'{os.environ.get(_ONEDNN, "0")}, {_isa_setting()}, on '
-        f'{hardware.describe_cpu()}; '
+        f'{_tf_settings()}; '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH} '
         f'(items of {_UNROLL_LENGTH + 1} steps); the same in-memory batch '
         'for every learner.\n')
@@ -708,9 +713,7 @@ def _breakdown_report(envs, quick: bool, mode=None, json_out=None):
   JSON to `json_out`."""
   mode = mode or config_lib.IMPALAConfig().compile_mode
   print(f'learner_bench.py --breakdown at commit {provenance.git_commit()}: '
-        f'TensorFlow {tf.__version__}, {_ONEDNN}='
-        f'{os.environ.get(_ONEDNN, "0")}, {_isa_setting()}, on '
-        f'{provenance.cpu()}; '
+        f'{_tf_settings()}; '
         f'batch_size={_BATCH_SIZE}, unroll_length={_UNROLL_LENGTH}, float32, '
         f'compile_mode={mode!r}. Each part is timed alone on '
         'the same batch, repeats interleaved, median. Parts overlap: read '
